@@ -1,0 +1,607 @@
+// shapeproof — Inkling fused attention prologue (verify / extend / decode), sm_90a.
+// Semantics: spec KERNELS.md §1.5–§1.8. Prepended by the library: common.cuh.
+//
+// ================================================================================================
+// Design
+// ================================================================================================
+//
+// The prologue is a streaming, memory-bound job: per token it reads one packed qkvr row (DQ + 2*DKV
+// bf16) plus a little history, does O(1) f32 work per element, and writes q/k/v outputs, the KV
+// pool rows (+ scales) and, for verify, (W-1) saved window rows per k/v channel. There is no data
+// reuse worth staging in shared memory, so the kernel is built for bandwidth and short latency:
+//
+// * Work item = one 16-byte vector of 8 channels of one token in one role (q, k or v). A token owns
+//   VECS = DQ/8 + 2*DKV/8 consecutive items: [q vectors | k vectors | v vectors]. All T*VECS items
+//   are laid out flat over the grid, one item per thread. Every load and store of bf16 data is one
+//   16-byte access (e4m3 data: one 8-byte access), consecutive lanes touch consecutive addresses,
+//   so warps issue fully coalesced 512-byte requests.
+// * No per-block lane limit: a head is HD/8 consecutive items starting at a multiple of HD/8, and
+//   HD/8 (8, 16 or 32) divides 32, so every head lies inside one aligned group of HD/8 lanes of a
+//   warp whatever DQ, DKV and T are (a warp may span two tokens or two roles; reductions never mix
+//   them). RMSNorm sums are an xor butterfly over that group; MXFP8 block maxima an xor butterfly
+//   over the aligned 4-lane group holding one 32-channel block. Any DQ, DKV up to 16384 works.
+// * 256-thread blocks, no shared memory, low register count: full occupancy (8 blocks / 2048
+//   threads per SM) keeps ~32 KB of 16-byte loads in flight per SM, which covers the HBM latency-
+//   bandwidth product on the H200 for large T. Each k/v thread also issues its W-1 history loads
+//   (previous rows of the same sequence — L2 hits — or conv-cache rows) together with its own row
+//   before first use, so loads overlap within a thread too.
+// * Small T (a verify step: T = 4…256): the whole call is a handful of dependent memory round trips
+//   (metadata → history → compute → stores). Flattening (token, vector) spreads even T = 4 over
+//   several blocks (TP8: 640 items → 3 blocks; TP1: 5120 items → 20 blocks), so no block loops and
+//   nothing is serialised; the critical path is one pass. One block per token would idle most of a
+//   block at HD=64 geometries and would need a loop for DQ + 2*DKV > 8192.
+// * PDL: the kernels execute `griddepcontrol.wait` before their first global read and
+//   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
+//   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.
+//
+// Numerics (spec §1.5/§1.6): f32 arithmetic; conv accumulated tap 0 … tap W-2 then the current
+// token, each step one fused multiply-add; bf16 rounding points exactly: q after norm, q after tau,
+// k conv output before its norm, k after norm, v after conv. MXFP8 (§1.7) encodes those bf16 values
+// with an exact E8M0 exponent derived from the bits of amax/448 (no log2).
+//
+// ================================================================================================
+// Launch shape (the Rust side mirrors these exactly)
+// ================================================================================================
+//
+// inkling_prologue_kernel<VARIANT, HD, HQ, HKV, W, SILU, RESIDUAL, STORE, PAGE, Q_OFF, K_OFF, V_OFF>:
+//     VECS       = HQ*HD/8 + 2*HKV*HD/8                 (16-byte vectors per token)
+//     block      = (256, 1, 1) threads
+//     grid       = (ceil(T * VECS / 256), 1, 1)         (T >= 1; do not launch for T == 0)
+//     dynamic shared memory = 0 bytes
+//
+// inkling_conv_state_update_kernel<HD, HKV, W, K_OFF, V_OFF>   (extend only, after the main kernel,
+// same stream):
+//     block      = (256, 1, 1) threads
+//     grid       = (ceil(B * 2 * HKV*HD/8 / 256), 1, 1) (B >= 1; do not launch for B == 0)
+//     dynamic shared memory = 0 bytes
+//
+// Bad-index counting (p.bad_index_count, when not null). Main kernel: each token adds one per kind
+// of out-of-range index it had to skip (loc; cache_indices of its sequence/token; extend
+// seq_of_token or cu_seqlens[seq]; decode track_indices). Trailing kernel: each sequence adds one
+// per bad cache_indices / cu_seqlens pair / track_dst, and one per bad track_rows entry.
+
+// Parameters of one launch. Mirrored field by field (same order, same C types) by
+// `PrologueParams` in src/ops/prologue/cuda.rs: change both together.
+// Extents in the comments: T tokens, B sequences, S KV slots, DQ = HQ*HD, DKV = HKV*HD.
+struct PrologueParams {
+    const bf16_t* qkvr;            // [T, qkvr_row_stride] packed projection rows
+    i64 qkvr_row_stride;           // elements; multiple of 8
+    i32 num_tokens;                // T
+    i32 num_seqs;                  // B (verify, extend); T for decode
+    bf16_t* k_cache;               // [conv_slots, W-1, DKV] conv-state history of k
+    bf16_t* v_cache;               // [conv_slots, W-1, DKV] conv-state history of v
+    i32 conv_slots;                // rows of the conv caches
+    i32 draft_tokens;              // verify: q (T == B*q); otherwise 0
+    const i32* cache_indices;      // verify/extend [B], decode [T]; -1 = padding
+    const u8* cache_mask;          // same length as cache_indices; 1 = use cached history
+    const bf16_t* k_weight;        // [DKV, W] depthwise conv taps, column W-1 = current token
+    const bf16_t* v_weight;        // [DKV, W]
+    const bf16_t* q_gamma;         // [HD] RMSNorm weight of q
+    const bf16_t* k_gamma;         // [HD] RMSNorm weight of k
+    float eps;                     // RMSNorm epsilon
+    const float* tau;              // [T] log-scaling tau, or nullptr
+    void* q_out;                   // [T, DQ] bf16, or e4m3 bytes with the MXFP8 store
+    u8* q_scale;                   // [T, HQ, HD/32] E8M0 bytes (MXFP8 store only)
+    bf16_t* k_out;                 // [T, DKV]
+    bf16_t* v_out;                 // [T, DKV]
+    const i64* loc;                // [T] KV slot per token; negative = do not store
+    i64 kv_slots;                  // S = pages * PAGE
+    void* k_buf;                   // [S, DKV] bf16, or e4m3 bytes with the MXFP8 store
+    void* v_buf;                   // [S, DKV]
+    u8* sfk;                       // [S/PAGE, HKV, 32, PAGE/32, 4] E8M0 (MXFP8 store only)
+    u8* sfv;                       // [S/PAGE, HKV, 32, PAGE/32, 4]
+    bf16_t* k_inter;               // verify: [inter_capacity, q, W-1, DKV] saved windows
+    bf16_t* v_inter;               // verify: [inter_capacity, q, W-1, DKV]
+    i32 inter_capacity;            // verify: rows of k_inter/v_inter (>= B)
+    const i64* cu_seqlens;         // extend: [B+1] token start of each sequence
+    const i32* seq_of_token;       // extend: [T] sequence of each token
+    const u8* track_mask;          // decode: [T] or nullptr (no tracking)
+    const i64* track_indices;      // decode: [T] conv slot to copy the new window to
+    u32* bad_index_count;          // nullptr, or one counter of skipped out-of-range indices
+};
+
+// Parameters of the extend variant's trailing conv-state update (a second launch).
+// Mirrored by `ConvStateUpdateParams` in src/ops/prologue/cuda.rs.
+struct ConvStateUpdateParams {
+    const bf16_t* qkvr;            // [T, qkvr_row_stride]
+    i64 qkvr_row_stride;
+    i32 num_seqs;                  // B
+    i32 num_tokens;                // T
+    bf16_t* k_cache;               // [conv_slots, W-1, DKV]
+    bf16_t* v_cache;               // [conv_slots, W-1, DKV]
+    i32 conv_slots;
+    i32 do_cache_update;           // 0: only tracking
+    const i32* cache_indices;      // [B]; -1 = padding
+    const u8* has_initial_state;   // [B]
+    const i64* cu_seqlens;         // [B+1]
+    const u8* track_mask;          // [B] or nullptr (no tracking)
+    const i64* track_rows;         // [B, W-1] qkvr rows that form the tracked window
+    const i64* track_dst;          // [B] conv slot receiving the tracked window
+    u32* bad_index_count;          // nullptr or one counter
+};
+
+
+constexpr int kPrologueThreads = 256;       // threads per block, main kernel
+constexpr int kConvUpdateThreads = 256;     // threads per block, extend trailing update
+
+constexpr int kVariantVerify = 0;
+constexpr int kVariantExtend = 1;
+constexpr int kVariantDecode = 2;
+
+constexpr int kStoreNone = 0;
+constexpr int kStoreBf16 = 1;
+constexpr int kStoreMxfp8 = 2;
+
+// 8 bf16 channels in one aligned 16-byte vector (word j holds channels 2j (low) and 2j+1 (high)).
+struct alignas(16) Bf16x8 {
+    u32 word[4];
+};
+
+__device__ __forceinline__ Bf16x8 zero_bf16x8() {
+    Bf16x8 v;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v.word[j] = 0u;
+    return v;
+}
+
+__device__ __forceinline__ Bf16x8 load_bf16x8(const bf16_t* ptr) {
+    return *reinterpret_cast<const Bf16x8*>(ptr);
+}
+
+__device__ __forceinline__ void store_bf16x8(bf16_t* ptr, const Bf16x8& v) {
+    *reinterpret_cast<Bf16x8*>(ptr) = v;
+}
+
+// Channel c (0..7) of a vector, widened exactly to f32.
+__device__ __forceinline__ float bf16x8_channel(const Bf16x8& v, int c) {
+    const u32 w = v.word[c >> 1];
+    return __uint_as_float((c & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
+// 8 f32 values -> 8 bf16, round to nearest even.
+__device__ __forceinline__ Bf16x8 pack_bf16x8(const float (&f)[8]) {
+    Bf16x8 v;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v.word[j] = pack_bf16x2(f[2 * j], f[2 * j + 1]);
+    return v;
+}
+
+// Sum over an aligned group of GROUP lanes (power of two <= 32). `lanes` names the lanes of the
+// warp that execute this call together (a role's lanes); each group lies inside it.
+template <int GROUP>
+__device__ __forceinline__ float group_sum(float v, u32 lanes) {
+#pragma unroll
+    for (int m = 1; m < GROUP; m <<= 1) v += __shfl_xor_sync(lanes, v, m);
+    return v;
+}
+
+// Max over an aligned group of GROUP lanes (fmaxf: NaN inputs are dropped).
+template <int GROUP>
+__device__ __forceinline__ float group_max(float v, u32 lanes) {
+#pragma unroll
+    for (int m = 1; m < GROUP; m <<= 1) v = fmaxf(v, __shfl_xor_sync(lanes, v, m));
+    return v;
+}
+
+__device__ __forceinline__ void grid_dependency_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void grid_dependents_launch() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// 1 / 2^(byte - 127) = 2^(127 - byte), exactly representable for byte in [0, 254] (2^-127 is a
+// subnormal). x * 2^(127-byte) rounded once is the same f32 as the IEEE division x / 2^(byte-127)
+// done by common.cuh's mxfp8_quantize_pair (both are the correctly rounded value of the same real
+// number, subnormal and overflowing results included), so the encoder multiplies: one FMUL instead
+// of the IEEE division sequence for each of the DQ + 2*DKV elements of a token.
+__device__ __forceinline__ float mxfp8_inverse_scale(u32 byte) {
+    return __uint_as_float(byte == 254u ? 0x00400000u : ((254u - byte) << 23));
+}
+
+// 8 values of one lane -> 8 e4m3 bytes (channel 0 in the lowest byte) with the block's scale byte.
+__device__ __forceinline__ u64 mxfp8_encode8(const float (&x)[8], u32 scale_byte) {
+    const float inv_scale = mxfp8_inverse_scale(scale_byte);
+    u64 bytes = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        float lo = __fmul_rn(x[2 * j], inv_scale);
+        float hi = __fmul_rn(x[2 * j + 1], inv_scale);
+        lo = fminf(fmaxf(lo, -448.0f), 448.0f);  // NaN -> -448 (fmaxf drops NaN first)
+        hi = fminf(fmaxf(hi, -448.0f), 448.0f);
+        bytes |= (u64)pack_e4m3x2(lo, hi) << (16 * j);
+    }
+    return bytes;
+}
+
+// MXFP8 of one 8-channel lane whose 4-lane group is one 32-channel block: the lane's e4m3 bytes,
+// and, in lanes whose channel is a multiple of 128 (head start), the head's 4 scale bytes packed
+// into one word (block 0 in the low byte). All `lanes` call together (shuffles); head = 16 lanes.
+__device__ __forceinline__ u64 mxfp8_encode_lane(const float (&x)[8], u32 lanes, u32& head_scale_word) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(x[c]));
+    amax = group_max<4>(amax, lanes);
+    const u32 scale_byte = mxfp8_scale_byte(amax);  // common.cuh: exact, max'ed with 1e-30
+    const u32 b1 = __shfl_down_sync(lanes, scale_byte, 4);
+    const u32 b2 = __shfl_down_sync(lanes, scale_byte, 8);
+    const u32 b3 = __shfl_down_sync(lanes, scale_byte, 12);
+    head_scale_word = scale_byte | (b1 << 8) | (b2 << 16) | (b3 << 24);
+    return mxfp8_encode8(x, scale_byte);
+}
+
+// Offset of scale byte (slot, head, block 0) in an interleaved sfk/sfv plane
+// [S/PAGE, HKV, 32, PAGE/32, 4] (spec §1.8); blocks 1..3 follow in the next bytes.
+template <int PAGE, int HKV>
+__device__ __forceinline__ i64 interleaved_scale_offset(i64 slot, int head) {
+    constexpr int PC = PAGE / 32;
+    const i64 page = slot / PAGE;
+    const int po = (int)(slot % PAGE);
+    return (page * HKV + head) * (i64)(32 * PC * 4) + (i64)((po % 32) * (PC * 4) + (po / 32) * 4);
+}
+
+// Where the conv history of one k/v lane comes from (spec §1.5), per variant.
+struct ConvHistory {
+    int first_token;     // bos: rows u >= bos come from qkvr
+    i64 read_slot;       // conv-cache slot supplying rows before bos; -1 = none (zeros)
+    bool gate;           // cache history is used (else zeros); qkvr rows are never gated
+    bool load_ungated;   // verify: cache rows are read even when not gated (raw window copies)
+    i64 window_slot;     // verify: saved-window row s (< inter_capacity); decode: slot to update; -1 = none
+    i64 track_slot;      // decode: tracking slot; -1 = none
+    bool may_store;      // token may be scattered into the KV pool
+};
+
+template <int VARIANT>
+__device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, int t, bool counter_lane) {
+    ConvHistory h;
+    h.first_token = t;
+    h.read_slot = -1;
+    h.gate = false;
+    h.load_ungated = false;
+    h.window_slot = -1;
+    h.track_slot = -1;
+    h.may_store = true;
+    if (VARIANT == kVariantVerify) {
+        const int q = p.draft_tokens;
+        if (q <= 0) return h;
+        const int s = t / q;
+        h.first_token = s * q;
+        if (s >= p.num_seqs) return h;  // T != B*q (rejected by the host): no history, no windows
+        const i32 raw_slot = p.cache_indices[s];
+        const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
+        if (raw_slot != -1 && !slot_ok && counter_lane) count_bad_index(p.bad_index_count);
+        if (slot_ok) {
+            h.read_slot = raw_slot;
+            h.gate = p.cache_mask[s] != 0;
+            h.load_ungated = true;
+            if (s < p.inter_capacity) h.window_slot = s;
+        }
+    } else if (VARIANT == kVariantExtend) {
+        const i32 s = p.seq_of_token[t];
+        if (s < 0 || s >= p.num_seqs) {
+            if (counter_lane) count_bad_index(p.bad_index_count);
+            h.may_store = false;
+            return h;
+        }
+        const i64 bos = p.cu_seqlens[s];
+        if (bos < 0 || bos > p.num_tokens || bos > t) {
+            if (counter_lane) count_bad_index(p.bad_index_count);
+            h.may_store = false;
+            return h;
+        }
+        h.first_token = (int)bos;
+        const i32 raw_slot = p.cache_indices[s];
+        const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
+        if (raw_slot != -1 && !slot_ok) {
+            if (counter_lane) count_bad_index(p.bad_index_count);
+            return h;  // bad slot: no history
+        }
+        h.gate = p.cache_mask[s] != 0;  // not AND-ed with validity (spec): padding reads slot 0
+        h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
+    } else {
+        const i32 raw_slot = p.cache_indices[t];
+        const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
+        h.may_store = slot_ok;  // decode stores valid tokens only
+        if (raw_slot != -1 && !slot_ok) {
+            if (counter_lane) count_bad_index(p.bad_index_count);
+            return h;
+        }
+        h.gate = p.cache_mask[t] != 0;
+        h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
+        if (slot_ok) {
+            h.window_slot = raw_slot;
+            if (p.track_mask != nullptr && p.track_mask[t] != 0) {
+                const i64 dst = p.track_indices[t];
+                if (dst >= 0 && dst < p.conv_slots) {
+                    h.track_slot = dst;
+                } else if (counter_lane) {
+                    count_bad_index(p.bad_index_count);
+                }
+            }
+        }
+    }
+    return h;
+}
+
+template <int VARIANT, int HD, int HQ, int HKV, int W, bool SILU, bool RESIDUAL, int STORE, int PAGE,
+          int Q_OFF, int K_OFF, int V_OFF>
+__global__ void __launch_bounds__(kPrologueThreads)
+    inkling_prologue_kernel(const PrologueParams p) {
+    static_assert(VARIANT >= kVariantVerify && VARIANT <= kVariantDecode, "VARIANT: 0 verify, 1 extend, 2 decode");
+    static_assert(HD == 64 || HD == 128 || HD == 256, "head dim must be 64, 128 or 256");
+    static_assert(HQ >= 1 && HKV >= 1, "need at least one q and one kv head");
+    static_assert(HQ * HD <= 16384 && HKV * HD <= 16384, "DQ and DKV are limited to 16384");
+    static_assert(W >= 2, "conv width W >= 2");
+    static_assert(STORE >= kStoreNone && STORE <= kStoreMxfp8, "STORE: 0 none, 1 bf16, 2 MXFP8");
+    static_assert(STORE != kStoreMxfp8 || HD == 128, "MXFP8 store needs head dim 128");
+    static_assert(STORE != kStoreMxfp8 || (PAGE > 0 && PAGE % 32 == 0), "MXFP8 page size must be a multiple of 32");
+    static_assert(Q_OFF % 8 == 0 && K_OFF % 8 == 0 && V_OFF % 8 == 0, "qkvr offsets must be multiples of 8");
+
+    constexpr int DQ = HQ * HD;
+    constexpr int DKV = HKV * HD;
+    constexpr int Q_VECS = DQ / 8;                 // q vectors per token
+    constexpr int KV_VECS = DKV / 8;               // k (and v) vectors per token
+    constexpr int VECS = Q_VECS + 2 * KV_VECS;     // items per token
+    constexpr int HEAD_LANES = HD / 8;             // lanes per head (8, 16 or 32)
+    constexpr int K = W - 1;                       // history taps
+
+    const u64 item = (u64)blockIdx.x * kPrologueThreads + threadIdx.x;
+    const u64 num_items = (u64)(p.num_tokens > 0 ? p.num_tokens : 0) * VECS;
+    const bool active = item < num_items;
+    const int t = active ? (int)(item / VECS) : 0;                 // token
+    const int vec = (int)(item % VECS);                            // vector within the token
+    const bool is_q = vec < Q_VECS;
+    const bool is_v = vec >= Q_VECS + KV_VECS;
+    const int ch = (is_q ? vec : (is_v ? vec - Q_VECS - KV_VECS : vec - Q_VECS)) * 8;  // channel in [0, DQ) or [0, DKV)
+    const int head_ch = ch % HD;                                   // channel within its head
+    const bool counter_lane = active && !is_q && !is_v && ch == 0; // counts this token's bad indices
+
+    grid_dependency_wait();
+
+    const bf16_t* const qkvr_row = p.qkvr + (i64)t * p.qkvr_row_stride;
+    const int role_off = is_q ? Q_OFF : (is_v ? V_OFF : K_OFF);
+
+    // Phase 1 (role-divergent): inputs, conv, per-lane sum of squares.
+    float value[8];          // q: input x; k, v: bf16-rounded conv output y
+    float sum_sq = 0.0f;     // q, k: per-lane sum of squares feeding the head RMSNorm
+    Bf16x8 x_vec = zero_bf16x8();
+    Bf16x8 shifted_window[K > 1 ? K - 1 : 1];  // verify: raw inputs t-K+1 .. t-1; decode: gated history 1..K-1
+    ConvHistory hist;
+    hist.window_slot = -1;
+    hist.track_slot = -1;
+    hist.may_store = false;
+    i64 store_slot = -1;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) value[c] = 0.0f;
+
+    if (active) {
+        x_vec = load_bf16x8(qkvr_row + role_off + ch);
+        if (is_q) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                value[c] = bf16x8_channel(x_vec, c);
+                sum_sq = fmaf(value[c], value[c], sum_sq);
+            }
+        } else {
+            if (STORE != kStoreNone) {
+                const i64 slot = p.loc[t];
+                if (slot >= p.kv_slots) {
+                    if (counter_lane) count_bad_index(p.bad_index_count);
+                } else {
+                    store_slot = slot;  // negative: do not store (valid input)
+                }
+            }
+            hist = resolve_history<VARIANT>(p, t, counter_lane);
+            if (!hist.may_store) store_slot = -1;
+
+            const bf16_t* const weight = (is_v ? p.v_weight : p.k_weight) + (i64)ch * W;  // [DKV, W]
+            Bf16x8 taps_w[W];  // weights of channels ch..ch+7, W taps each: element c*W + i
+#pragma unroll
+            for (int n = 0; n < W; ++n) taps_w[n] = load_bf16x8(weight + 8 * n);
+
+            const bf16_t* const cache = is_v ? p.v_cache : p.k_cache;  // [conv_slots, K, DKV]
+            const int pos = t - hist.first_token;                        // position in its sequence
+            Bf16x8 tap_raw[K];
+            bool tap_from_cache[K];
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                const int u = t - K + i;  // input time of tap i
+                tap_from_cache[i] = u < hist.first_token;
+                if (!tap_from_cache[i]) {
+                    tap_raw[i] = load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch);
+                } else if (hist.read_slot >= 0 && (hist.gate || hist.load_ungated)) {
+                    tap_raw[i] = load_bf16x8(cache + (hist.read_slot * K + (pos + i)) * (i64)DKV + ch);
+                } else {
+                    tap_raw[i] = zero_bf16x8();
+                }
+            }
+            Bf16x8 tap_used[K];  // history after the cache gate
+#pragma unroll
+            for (int i = 0; i < K; ++i) tap_used[i] = (tap_from_cache[i] && !hist.gate) ? zero_bf16x8() : tap_raw[i];
+#pragma unroll
+            for (int w = 0; w + 1 < K; ++w) {
+                shifted_window[w] = (VARIANT == kVariantVerify) ? tap_raw[w + 1] : tap_used[w + 1];
+            }
+
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int i = 0; i < K; ++i) acc = fmaf(bf16x8_channel(tap_used[i], c), bf16x8_channel(taps_w[(c * W + i) / 8], (c * W + i) % 8), acc);
+                const float x = bf16x8_channel(x_vec, c);
+                acc = fmaf(x, bf16x8_channel(taps_w[(c * W + K) / 8], (c * W + K) % 8), acc);
+                if (SILU) acc = acc / (1.0f + expf(-acc));
+                if (RESIDUAL) acc = acc + x;
+                value[c] = round_bf16(acc);
+                if (!is_v) sum_sq = fmaf(value[c], value[c], sum_sq);
+            }
+        }
+    }
+
+    // Head RMSNorm factor (uniform: all lanes shuffle).
+    sum_sq = group_sum<HEAD_LANES>(sum_sq);
+    const float inv_rms = rsqrtf(sum_sq * (1.0f / HD) + p.eps);
+
+    // Phase 2 (role-divergent): finish values; bf16 outputs.
+    float out[8];
+    if (active && !is_v) {
+        const Bf16x8 gamma = load_bf16x8((is_q ? p.q_gamma : p.k_gamma) + head_ch);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) out[c] = round_bf16(value[c] * inv_rms * bf16x8_channel(gamma, c));
+        if (is_q && p.tau != nullptr) {
+            const float tau = p.tau[t];
+#pragma unroll
+            for (int c = 0; c < 8; ++c) out[c] = round_bf16(out[c] * tau);
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) out[c] = value[c];
+    }
+    const Bf16x8 out_vec = pack_bf16x8(out);
+
+    if (active) {
+        if (is_q) {
+            if (STORE != kStoreMxfp8) store_bf16x8(static_cast<bf16_t*>(p.q_out) + (i64)t * DQ + ch, out_vec);
+        } else {
+            store_bf16x8((is_v ? p.v_out : p.k_out) + (i64)t * DKV + ch, out_vec);
+            if (STORE == kStoreBf16 && store_slot >= 0) {
+                store_bf16x8(static_cast<bf16_t*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch, out_vec);
+            }
+        }
+    }
+
+    if (STORE == kStoreMxfp8) {
+        u32 head_scale_word;
+        const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);  // uniform: all lanes shuffle
+        if (active) {
+            if (is_q) {
+                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + (i64)t * DQ + ch) = e4m3_bytes;
+                if (head_ch == 0) {
+                    *reinterpret_cast<u32*>(p.q_scale + ((i64)t * HQ + ch / HD) * (HD / 32)) = head_scale_word;
+                }
+            } else if (store_slot >= 0) {
+                *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = e4m3_bytes;
+                if (head_ch == 0) {
+                    u8* const planes = is_v ? p.sfv : p.sfk;
+                    *reinterpret_cast<u32*>(planes + interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD)) = head_scale_word;
+                }
+            }
+        }
+    }
+
+    // Conv-state side effects of k/v lanes.
+    if (active && !is_q) {
+        if (VARIANT == kVariantVerify && hist.window_slot >= 0) {
+            // k_inter/v_inter [inter_capacity, q, K, DKV]: state after consuming draft token tq.
+            const int tq = t - hist.first_token;
+            bf16_t* const inter = (is_v ? p.v_inter : p.k_inter) +
+                                  ((hist.window_slot * p.draft_tokens + tq) * (i64)K) * DKV + ch;
+#pragma unroll
+            for (int w = 0; w + 1 < K; ++w) store_bf16x8(inter + (i64)w * DKV, shifted_window[w]);
+            store_bf16x8(inter + (i64)(K - 1) * DKV, x_vec);
+        }
+        if (VARIANT == kVariantDecode && hist.window_slot >= 0) {
+            // In-place shift of the conv state; this thread read the same rows above.
+            bf16_t* const cache = is_v ? p.v_cache : p.k_cache;
+            bf16_t* const dst = cache + hist.window_slot * K * (i64)DKV + ch;
+#pragma unroll
+            for (int w = 0; w + 1 < K; ++w) store_bf16x8(dst + (i64)w * DKV, shifted_window[w]);
+            store_bf16x8(dst + (i64)(K - 1) * DKV, x_vec);
+            if (hist.track_slot >= 0) {
+                bf16_t* const track = cache + hist.track_slot * K * (i64)DKV + ch;
+#pragma unroll
+                for (int w = 0; w + 1 < K; ++w) store_bf16x8(track + (i64)w * DKV, shifted_window[w]);
+                store_bf16x8(track + (i64)(K - 1) * DKV, x_vec);
+            }
+        }
+    }
+
+    grid_dependents_launch();
+}
+
+// Extend trailing conv-state update (spec §1.5 "Extend trailing update" + tracking). One thread per
+// (sequence, role k/v, 8-channel vector): item = (b * 2 + role) * KV_VECS + vector.
+template <int HD, int HKV, int W, int K_OFF, int V_OFF>
+__global__ void __launch_bounds__(kConvUpdateThreads)
+    inkling_conv_state_update_kernel(const ConvStateUpdateParams p) {
+    static_assert(HD == 64 || HD == 128 || HD == 256, "head dim must be 64, 128 or 256");
+    static_assert(HKV >= 1 && HKV * HD <= 16384, "DKV is limited to 16384");
+    static_assert(W >= 2, "conv width W >= 2");
+    static_assert(K_OFF % 8 == 0 && V_OFF % 8 == 0, "qkvr offsets must be multiples of 8");
+    constexpr int DKV = HKV * HD;
+    constexpr int KV_VECS = DKV / 8;
+    constexpr int K = W - 1;
+
+    const u64 item = (u64)blockIdx.x * kConvUpdateThreads + threadIdx.x;
+    const u64 num_items = (u64)(p.num_seqs > 0 ? p.num_seqs : 0) * (2 * KV_VECS);
+    if (item >= num_items) {
+        grid_dependents_launch();
+        return;
+    }
+    const int b = (int)(item / (2 * KV_VECS));
+    const int within = (int)(item % (2 * KV_VECS));
+    const bool is_v = within >= KV_VECS;
+    const int ch = (within % KV_VECS) * 8;
+    const bool counter_lane = within == 0;
+    const int role_off = is_v ? V_OFF : K_OFF;
+    bf16_t* const cache = is_v ? p.v_cache : p.k_cache;  // [conv_slots, K, DKV]
+
+    grid_dependency_wait();
+
+    if (p.do_cache_update != 0) {
+        const i32 raw_slot = p.cache_indices[b];
+        if (raw_slot != -1) {
+            const i64 start = p.cu_seqlens[b];
+            const i64 end = p.cu_seqlens[b + 1];
+            if (raw_slot < 0 || raw_slot >= p.conv_slots) {
+                if (counter_lane) count_bad_index(p.bad_index_count);
+            } else if (start < 0 || end > p.num_tokens || start > end) {
+                if (counter_lane) count_bad_index(p.bad_index_count);
+            } else if (end > start) {
+                const i64 qlen = end - start;
+                const bool has_init = p.has_initial_state != nullptr && p.has_initial_state[b] != 0;
+                bf16_t* const state = cache + (i64)raw_slot * K * DKV + ch;
+                Bf16x8 next[K];
+#pragma unroll
+                for (int w = 0; w < K; ++w) {
+                    if (qlen >= K - w) {
+                        next[w] = load_bf16x8(p.qkvr + (end - K + w) * p.qkvr_row_stride + role_off + ch);
+                    } else if (has_init) {
+                        next[w] = load_bf16x8(state + (w + qlen) * DKV);  // old row, read before any write
+                    } else {
+                        next[w] = zero_bf16x8();
+                    }
+                }
+#pragma unroll
+                for (int w = 0; w < K; ++w) store_bf16x8(state + (i64)w * DKV, next[w]);
+            }
+        }
+    }
+
+    if (p.track_mask != nullptr && p.track_mask[b] != 0 && p.track_rows != nullptr && p.track_dst != nullptr) {
+        const i64 dst = p.track_dst[b];
+        bool rows_ok = true;
+        i64 rows[K];
+#pragma unroll
+        for (int w = 0; w < K; ++w) {
+            rows[w] = p.track_rows[(i64)b * K + w];  // [B, K]
+            if (rows[w] < 0 || rows[w] >= p.num_tokens) {
+                rows_ok = false;
+                if (counter_lane) count_bad_index(p.bad_index_count);
+            }
+        }
+        if (dst < 0 || dst >= p.conv_slots) {
+            if (counter_lane) count_bad_index(p.bad_index_count);
+        } else if (rows_ok) {
+            Bf16x8 window[K];
+#pragma unroll
+            for (int w = 0; w < K; ++w) window[w] = load_bf16x8(p.qkvr + rows[w] * p.qkvr_row_stride + role_off + ch);
+            bf16_t* const track = cache + dst * K * DKV + ch;
+#pragma unroll
+            for (int w = 0; w < K; ++w) store_bf16x8(track + (i64)w * DKV, window[w]);
+        }
+    }
+
+    grid_dependents_launch();
+}

@@ -1,0 +1,46 @@
+//! The CPU reference backend: buffers are `Vec`s, ops run the exact semantics of the spec.
+//!
+//! It runs anywhere, serves as the oracle of the GPU tests, and is a usable (slow) default.
+
+use super::{Backend, Buffer, Element};
+use crate::error::{Error, Result};
+
+/// The CPU reference backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu;
+
+impl<T> Buffer<T> for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+impl Backend for Cpu {
+    type Buffer<T: Element> = Vec<T>;
+
+    fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
+        Ok(vec![T::default(); len])
+    }
+
+    fn upload<T: Element>(&self, host: &[T]) -> Result<Vec<T>> {
+        Ok(host.to_vec())
+    }
+
+    fn write<T: Element>(&self, buf: &mut Vec<T>, host: &[T]) -> Result<()> {
+        Error::check_extent("host data", "elements", buf.len(), host.len())?;
+        buf.copy_from_slice(host);
+        Ok(())
+    }
+
+    fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+        Ok(buf.clone())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "cpu (reference)".to_string()
+    }
+}

@@ -1,0 +1,105 @@
+//! Kernel declarations and the typed launch.
+//!
+//! A kernel type implements [`CudaKernel`]: its source file, its `#[repr(C)]` parameter block
+//! and the template instantiation its static dims select. The type is the cache key, so a launch
+//! is one map lookup and one `cuLaunchKernel` with a single by-value parameter block: no
+//! validation, no allocation, no host synchronization, and capturable in a CUDA graph.
+
+use std::any::TypeId;
+use std::ffi::c_void;
+
+use cudarc::driver::{CudaFunction, result, sys};
+use cudarc::nvrtc::Ptx;
+
+use super::Cuda;
+use crate::error::Result;
+
+/// A CUDA kernel instantiation, declared by a type.
+///
+/// Built-in kernels implement it, and so can users: point `SOURCE` at a file whose kernel takes
+/// one parameter struct by value (`common.cuh` is prepended), mirror that struct in
+/// `Params` with `#[repr(C)]`, and name the instantiation.
+pub trait CudaKernel: 'static {
+    /// The kernel source (a file of `kernels/`, usually `include_str!`), without `common.cuh`.
+    const SOURCE: &'static str;
+    /// Dynamic shared memory per block, in bytes (raises the kernel's limit when above 48 KiB).
+    const DYNAMIC_SMEM_BYTES: u32 = 0;
+    /// The parameter block, field for field the kernel's parameter struct.
+    type Params: Copy + 'static;
+    /// The template instantiation, e.g. `mxfp8_quantize_kernel<128>`.
+    fn instantiation() -> String;
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// Blocks.
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+}
+
+pub(super) struct LoadedKernel {
+    function: CudaFunction,
+}
+
+impl Cuda {
+    /// The loaded function of kernel `K`, compiling and loading it on first use.
+    pub(super) fn kernel<K: CudaKernel>(&self) -> Result<sys::CUfunction> {
+        let id = TypeId::of::<K>();
+        if let Some(k) = self.loaded.lock().expect("kernel table lock").get(&id) {
+            return Ok(k.function.cu_function());
+        }
+        let compiled = self
+            .cache
+            .get_or_compile(K::SOURCE, &K::instantiation(), self.arch)?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(compiled.cubin.clone()))?;
+        let function = module.load_function(&compiled.lowered_name)?;
+        if K::DYNAMIC_SMEM_BYTES > 48 * 1024 {
+            function.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                K::DYNAMIC_SMEM_BYTES as i32,
+            )?;
+        }
+        let raw = function.cu_function();
+        self.loaded
+            .lock()
+            .expect("kernel table lock")
+            .insert(id, LoadedKernel { function });
+        Ok(raw)
+    }
+
+    /// Queues kernel `K` on the backend's stream with `params` passed by value.
+    ///
+    /// # Safety
+    /// Every pointer in `params` must address a live allocation of this backend's context large
+    /// enough for every access the kernel makes under `shape`; the typed ops guarantee this by
+    /// construction of their arguments.
+    pub unsafe fn launch<K: CudaKernel>(
+        &self,
+        shape: LaunchShape,
+        params: &K::Params,
+    ) -> Result<()> {
+        let function = self.kernel::<K>()?;
+        self.ctx.bind_to_thread()?;
+        let mut block = *params;
+        let mut args = [&mut block as *mut K::Params as *mut c_void];
+        // SAFETY: the kernel takes exactly one parameter of type `K::Params` (the contract of
+        // `CudaKernel`), and the caller vouches for the pointers inside it.
+        unsafe {
+            result::launch_kernel(
+                function,
+                shape.grid,
+                shape.block,
+                shape.smem_bytes,
+                self.stream.cu_stream(),
+                &mut args,
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+//! Where kernels run: the CPU reference backend and the CUDA backend.
+//!
+//! Both expose the same buffers-and-transfers surface ([`Backend`]); every op is implemented for
+//! both, so tests run the same typed call on each and compare.
+
+pub mod cpu;
+pub mod cuda;
+
+pub use cpu::Cpu;
+pub use cuda::Cuda;
+
+use crate::dtype::{E8M0, F8E4M3, bf16};
+use crate::error::Result;
+
+/// A type a kernel buffer can hold: plain old data that is valid as zero bytes.
+pub trait Element:
+    Copy
+    + Default
+    + Send
+    + Sync
+    + Unpin
+    + std::fmt::Debug
+    + cudarc::driver::DeviceRepr
+    + cudarc::driver::ValidAsZeroBits
+    + 'static
+{
+}
+impl Element for bf16 {}
+impl Element for F8E4M3 {}
+impl Element for E8M0 {}
+impl Element for u8 {}
+impl Element for u32 {}
+impl Element for i32 {}
+impl Element for i64 {}
+impl Element for f32 {}
+
+/// A contiguous buffer owned by a backend.
+pub trait Buffer<T> {
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// Whether the buffer holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A place where buffers live and kernels run.
+pub trait Backend {
+    /// The backend's buffer of `T` (a `Vec<T>` on the CPU, a `CudaSlice<T>` on a GPU).
+    type Buffer<T: Element>: Buffer<T>;
+    /// A zero-filled buffer of `len` elements.
+    fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
+    /// A buffer holding a copy of `host`.
+    fn upload<T: Element>(&self, host: &[T]) -> Result<Self::Buffer<T>>;
+    /// Overwrites `buf` with `host` (same length).
+    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, host: &[T]) -> Result<()>;
+    /// A host copy of `buf` (waits for the work queued before it).
+    fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    /// Waits until all queued work is done.
+    fn synchronize(&self) -> Result<()>;
+    /// A short description for logs (`"cpu"`, `"NVIDIA H200 (sm_90a)"`).
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,95 @@
+//! The one error type of the runtime boundary.
+//!
+//! Static facts never get here: they are types. What remains is what the batch decides (extents
+//! of the caller's buffers, lengths of index arrays) and what the machine decides (no driver, a
+//! failed compilation or launch). Each variant names the parameter and both values.
+
+/// Every failure the library reports at run time.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A buffer's extent disagrees with the extent the rest of the call fixes.
+    #[error("`{param}`: expected {expected} {what}, got {actual}")]
+    Extent {
+        /// The argument, as the caller knows it (`"loc"`, `"k_inter"`).
+        param: &'static str,
+        /// What was counted (`"elements"`, `"tokens"`, `"rows"`).
+        what: &'static str,
+        /// The extent the call requires.
+        expected: usize,
+        /// The extent the caller passed.
+        actual: usize,
+    },
+    /// A runtime value lies outside the range the kernel accepts.
+    #[error("`{param}`: {value} is outside {range}")]
+    Value {
+        /// The argument.
+        param: &'static str,
+        /// The value passed.
+        value: i64,
+        /// The accepted range, written for a person (`"1 ..= 64"`).
+        range: String,
+    },
+    /// No CUDA driver library could be loaded: there is no GPU backend on this machine.
+    #[error("CUDA driver library (libcuda.so) not found: no GPU backend on this machine")]
+    NoDriver,
+    /// The NVRTC library (libnvrtc.so.13) could not be loaded.
+    #[error(
+        "NVRTC library (libnvrtc.so.13) not found: set LD_LIBRARY_PATH to a CUDA 13 toolkit's lib64, or install the nvidia-cuda-nvrtc==13.0.88 wheel"
+    )]
+    NoNvrtc,
+    /// The device is not one the kernels are built for.
+    #[error(
+        "device `{name}` has compute capability {major}.{minor}; the kernels need 9.0 (sm_90a)"
+    )]
+    UnsupportedDevice {
+        /// The device name.
+        name: String,
+        /// Compute capability, major.
+        major: i32,
+        /// Compute capability, minor.
+        minor: i32,
+    },
+    /// NVRTC rejected a kernel instantiation.
+    #[error("NVRTC failed to compile `{instantiation}`:\n{log}")]
+    Compile {
+        /// The template instantiation.
+        instantiation: String,
+        /// The compiler's log.
+        log: String,
+    },
+    /// A CUDA driver call failed.
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    /// Reading or writing the on-disk kernel cache failed.
+    #[error("kernel cache at `{path}`: {source}")]
+    Cache {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
+    pub fn check_extent(
+        param: &'static str,
+        what: &'static str,
+        expected: usize,
+        actual: usize,
+    ) -> Result<()> {
+        if expected == actual {
+            Ok(())
+        } else {
+            Err(Error::Extent {
+                param,
+                what,
+                expected,
+                actual,
+            })
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! # shapeproof
+//!
+//! The shape rules of GPU attention kernels, as types.
+//!
+//! An inference server checks at run time, on every call, that MXFP8 head dims are multiples of
+//! 128, that the K/V scale buffers exist and have the shape `[pages, dkv/128, 32, page/32, 4]`,
+//! that a sparse MLA head dim is 512 or 576, that query heads are padded to a multiple of 64,
+//! that top-k is a multiple of 128 — and a wrong model config fails in production. Here those
+//! facts are const generics: [`ops::prologue::Mxfp8Prologue`] can only be built when its widths
+//! are multiples of 128, a misconfigured model does not compile (the error names the value, the
+//! rule and the fix), and the launch the type generates carries no alignment checks.
+//!
+//! - [`dim`]: static extents (`Dim<N>`) and named dynamic ones.
+//! - [`rules`]: one trait per rule, with its diagnostic.
+//! - [`dtype`]: bf16, e4m3, E8M0 and the MXFP8 codec.
+//! - [`layout`]: the KV caches as types (paged bf16, MXFP8 with scale planes, MLA latent).
+//! - [`tensor`]: typed tensors and the checked boundary.
+//! - [`backend`]: the CPU reference and the CUDA backend (NVRTC JIT, typed launch).
+//! - [`ops`]: the kernels: the Inkling attention prologue and the FP8 sparse MLA prefill.
+
+// Kernel constructors carry the rules as where-clauses on `new`; a `Default` impl would restate
+// them on a trait impl and give a second, less readable error path.
+#![allow(clippy::new_without_default)]
+
+pub mod backend;
+pub mod dim;
+pub mod dtype;
+pub mod error;
+pub mod layout;
+pub mod ops;
+pub mod rules;
+pub mod tensor;
+
+pub use error::{Error, Result};
+
+/// The names most programs need.
+pub mod prelude {
+    pub use crate::backend::{Backend, Cpu, Cuda};
+    pub use crate::dim::Dim;
+    pub use crate::dtype::{E8M0, F8E4M3, bf16};
+    pub use crate::error::{Error, Result};
+    pub use crate::layout::{MlaLatentKv, Mxfp8KvCache, PagedBf16Kv};
+    pub use crate::tensor::{Cols, Scalar, Tensor};
+}

@@ -1,0 +1,501 @@
+//! CPU reference of the prologue (spec §1.5–§1.8), on plain slices.
+//!
+//! Arithmetic follows the kernel's order where rounding depends on it (sums of squares per
+//! 8-channel lane, then a butterfly over the lanes of a head; conv taps oldest first; IEEE
+//! square root and division), so that bf16 outputs and MXFP8 bytes agree with the device
+//! bit for bit wherever the kernel is IEEE (everywhere except SiLU's exponential).
+
+use rayon::prelude::*;
+
+use super::call::{KvTarget, PrologueCall, QTarget, VariantArgs};
+use super::{PrologueKernel, PrologueStatics, RunPrologue};
+use crate::backend::Cpu;
+use crate::dtype::{E8M0, F8E4M3, MXFP8_BLOCK, bf16, mxfp8_encode_block, rn_bf16};
+use crate::error::Result;
+use crate::layout::{kv_data_offset, scale_plane_offset};
+
+impl RunPrologue for Cpu {
+    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cpu>) -> Result<()> {
+        run(&K::STATICS, call);
+        Ok(())
+    }
+}
+
+/// Channels per lane: one 16-byte vector of bf16.
+const LANE: usize = 8;
+
+/// `1 / sqrt(sum / n + eps)` of a head whose values are `x`, summed as the kernel does:
+/// per 8-channel lane with fused multiply-adds, then an xor butterfly over the head's lanes
+/// (masks from half the lane count down to 1).
+pub fn head_rms_inverse(x: &[f32], eps: f32) -> f32 {
+    let mut lanes: Vec<f32> = x
+        .chunks_exact(LANE)
+        .map(|v| v.iter().fold(0.0f32, |acc, &e| e.mul_add(e, acc)))
+        .collect();
+    let mut mask = lanes.len() / 2;
+    while mask > 0 {
+        let prev = lanes.clone();
+        for (l, v) in lanes.iter_mut().enumerate() {
+            *v = prev[l] + prev[l ^ mask];
+        }
+        mask /= 2;
+    }
+    1.0 / (lanes[0] / x.len() as f32 + eps).sqrt()
+}
+
+/// Where one token's conv history comes from.
+#[derive(Clone, Copy, Debug)]
+struct TokenContext {
+    /// Sequence index (token index for decode).
+    seq: usize,
+    /// First token of the sequence.
+    bos: usize,
+    /// The conv slot, if the sequence has a valid one.
+    slot: Option<usize>,
+    /// Whether cached history is read (otherwise it is zeros).
+    gate: bool,
+}
+
+struct Inputs<'a> {
+    st: &'a PrologueStatics,
+    qkvr: &'a [bf16],
+    k_cache: &'a [bf16],
+    v_cache: &'a [bf16],
+}
+
+impl Inputs<'_> {
+    fn x(&self, token: usize, offset: usize, channel: usize) -> f32 {
+        self.qkvr[token * self.st.row + offset + channel].to_f32()
+    }
+    fn history(&self, cache: &[bf16], slot: usize, row: usize, channel: usize) -> f32 {
+        let dkv = self.st.dkv();
+        cache[(slot * (self.st.w - 1) + row) * dkv + channel].to_f32()
+    }
+}
+
+/// One token's results, in f32 holding bf16-rounded values.
+struct TokenOut {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
+    let PrologueCall {
+        tokens,
+        seqs,
+        qkvr,
+        q_gamma,
+        k_gamma,
+        k_weight,
+        v_weight,
+        eps,
+        k_cache,
+        v_cache,
+        conv_slots,
+        cache_indices,
+        cache_mask,
+        tau,
+        loc,
+        q,
+        k_out,
+        v_out,
+        kv,
+        mut variant,
+        mut bad_index_count,
+    } = call;
+    let mut bad = 0u32;
+    let (dq, dkv, history) = (st.dq(), st.dkv(), st.w - 1);
+
+    let slot_of = |index: i32, bad: &mut u32| -> Option<usize> {
+        match index {
+            -1 => None,
+            i if i >= 0 && (i as usize) < conv_slots => Some(i as usize),
+            _ => {
+                *bad += 1;
+                None
+            }
+        }
+    };
+
+    // Per-token context; None = the token is skipped (its sequence metadata is out of range).
+    let contexts: Vec<Option<TokenContext>> = (0..tokens)
+        .map(|t| match &variant {
+            VariantArgs::Verify { draft_tokens, .. } => {
+                let seq = t / draft_tokens;
+                let slot = slot_of(cache_indices[seq], &mut bad);
+                Some(TokenContext {
+                    seq,
+                    bos: seq * draft_tokens,
+                    slot,
+                    gate: slot.is_some() && cache_mask[seq] != 0,
+                })
+            }
+            VariantArgs::Extend {
+                cu_seqlens,
+                seq_of_token,
+                ..
+            } => {
+                let seq = seq_of_token[t];
+                let ok = seq >= 0 && (seq as usize) < seqs && {
+                    let (bos, eos) = (cu_seqlens[seq as usize], cu_seqlens[seq as usize + 1]);
+                    0 <= bos && bos <= t as i64 && (t as i64) < eos && eos <= tokens as i64
+                };
+                if !ok {
+                    bad += 1;
+                    return None;
+                }
+                let seq = seq as usize;
+                let slot = slot_of(cache_indices[seq], &mut bad);
+                Some(TokenContext {
+                    seq,
+                    bos: cu_seqlens[seq] as usize,
+                    slot,
+                    gate: slot.is_some() && cache_mask[seq] != 0,
+                })
+            }
+            VariantArgs::Decode { .. } => {
+                let slot = slot_of(cache_indices[t], &mut bad);
+                Some(TokenContext {
+                    seq: t,
+                    bos: t,
+                    slot,
+                    gate: slot.is_some() && cache_mask[t] != 0,
+                })
+            }
+        })
+        .collect();
+
+    let inputs = Inputs {
+        st,
+        qkvr,
+        k_cache,
+        v_cache,
+    };
+    let q_gamma: Vec<f32> = q_gamma.iter().map(|g| g.to_f32()).collect();
+    let k_gamma: Vec<f32> = k_gamma.iter().map(|g| g.to_f32()).collect();
+    let k_weight: Vec<f32> = k_weight.iter().map(|g| g.to_f32()).collect();
+    let v_weight: Vec<f32> = v_weight.iter().map(|g| g.to_f32()).collect();
+
+    let results: Vec<Option<TokenOut>> = (0..tokens)
+        .into_par_iter()
+        .map(|t| {
+            let ctx = contexts[t]?;
+            let tau_t = tau.map(|tau| tau[t]);
+            Some(TokenOut {
+                q: q_row(&inputs, t, &q_gamma, eps, tau_t),
+                k: kv_row(
+                    &inputs,
+                    t,
+                    ctx,
+                    st.k_off,
+                    inputs.k_cache,
+                    &k_weight,
+                    Some((&k_gamma, eps)),
+                ),
+                v: kv_row(&inputs, t, ctx, st.v_off, inputs.v_cache, &v_weight, None),
+            })
+        })
+        .collect();
+
+    // Outputs, one row per computed token.
+    let mut q = q;
+    for (t, out) in results.iter().enumerate() {
+        let Some(out) = out else { continue };
+        match &mut q {
+            QTarget::Bf16(q_out) => {
+                for (d, &x) in q_out[t * dq..(t + 1) * dq].iter_mut().zip(&out.q) {
+                    *d = bf16::from_f32(x);
+                }
+            }
+            QTarget::Mxfp8 { data, scales } => encode_row(
+                &out.q,
+                &mut data[t * dq..(t + 1) * dq],
+                &mut scales[t * dq / MXFP8_BLOCK..(t + 1) * dq / MXFP8_BLOCK],
+            ),
+        }
+        for (d, &x) in k_out[t * dkv..(t + 1) * dkv].iter_mut().zip(&out.k) {
+            *d = bf16::from_f32(x);
+        }
+        for (d, &x) in v_out[t * dkv..(t + 1) * dkv].iter_mut().zip(&out.v) {
+            *d = bf16::from_f32(x);
+        }
+    }
+
+    // KV store at `loc`: verify and extend store every token, decode only tokens with a slot.
+    let is_decode = matches!(variant, VariantArgs::Decode { .. });
+    let mut kv = kv;
+    for (t, out) in results.iter().enumerate() {
+        let (Some(out), Some(ctx)) = (out, contexts[t]) else {
+            continue;
+        };
+        if loc[t] < 0 || (is_decode && ctx.slot.is_none()) {
+            continue;
+        }
+        let slot = loc[t] as usize;
+        match &mut kv {
+            KvTarget::None => {}
+            KvTarget::Bf16 { k, v, slots } => {
+                if slot >= *slots {
+                    bad += 1;
+                    continue;
+                }
+                for c in 0..dkv {
+                    k[kv_data_offset(slot, c, dkv)] = bf16::from_f32(out.k[c]);
+                    v[kv_data_offset(slot, c, dkv)] = bf16::from_f32(out.v[c]);
+                }
+            }
+            KvTarget::Mxfp8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+                slots,
+            } => {
+                if slot >= *slots {
+                    bad += 1;
+                    continue;
+                }
+                for (row, data, planes) in [
+                    (&out.k, &mut **k, &mut **k_scales),
+                    (&out.v, &mut **v, &mut **v_scales),
+                ] {
+                    for c0 in (0..dkv).step_by(MXFP8_BLOCK) {
+                        let block: [f32; MXFP8_BLOCK] =
+                            row[c0..c0 + MXFP8_BLOCK].try_into().expect("block");
+                        let (scale, q) = mxfp8_encode_block(&block);
+                        let at = kv_data_offset(slot, c0, dkv);
+                        data[at..at + MXFP8_BLOCK].copy_from_slice(&q);
+                        planes[scale_plane_offset(slot, c0, st.page, st.hkv)] = scale;
+                    }
+                }
+            }
+        }
+    }
+
+    // Conv-state side effects.
+    match &mut variant {
+        VariantArgs::Verify {
+            draft_tokens,
+            k_inter,
+            v_inter,
+            capacity,
+        } => {
+            for (t, ctx) in contexts.iter().enumerate() {
+                let Some(ctx) = ctx else { continue };
+                let Some(slot) = ctx.slot else { continue };
+                if ctx.seq >= *capacity {
+                    continue;
+                }
+                let pos = t - ctx.bos;
+                for (inter, cache, off) in [
+                    (&mut **k_inter, &*k_cache, st.k_off),
+                    (&mut **v_inter, &*v_cache, st.v_off),
+                ] {
+                    for w in 0..history {
+                        let p = pos + 1 + w;
+                        let row = ((ctx.seq * *draft_tokens + pos) * history + w) * dkv;
+                        for c in 0..dkv {
+                            let x = if p < history {
+                                inputs_history(cache, st, slot, p, c)
+                            } else {
+                                qkvr[(ctx.bos + p - history) * st.row + off + c]
+                            };
+                            inter[row + c] = x;
+                        }
+                    }
+                }
+            }
+        }
+        VariantArgs::Decode { track } => {
+            for (t, ctx) in contexts.iter().enumerate() {
+                let Some(ctx) = ctx else { continue };
+                let Some(slot) = ctx.slot else { continue };
+                let track_to = match track {
+                    Some(tr) if tr.mask[t] != 0 => {
+                        let i = tr.indices[t];
+                        if i >= 0 && (i as usize) < conv_slots {
+                            Some(i as usize)
+                        } else {
+                            bad += 1;
+                            None
+                        }
+                    }
+                    _ => None,
+                };
+                for (cache, off) in [(&mut *k_cache, st.k_off), (&mut *v_cache, st.v_off)] {
+                    // new[w] = w < K-1 ? (gate ? hist[w+1] : 0) : x_t, read before any write.
+                    let window: Vec<bf16> = (0..history)
+                        .flat_map(|w| (0..dkv).map(move |c| (w, c)))
+                        .map(|(w, c)| {
+                            if w + 1 < history {
+                                if ctx.gate {
+                                    cache[(slot * history + w + 1) * dkv + c]
+                                } else {
+                                    bf16::ZERO
+                                }
+                            } else {
+                                qkvr[t * st.row + off + c]
+                            }
+                        })
+                        .collect();
+                    for dst in std::iter::once(slot).chain(track_to) {
+                        cache[dst * history * dkv..(dst + 1) * history * dkv]
+                            .copy_from_slice(&window);
+                    }
+                }
+            }
+        }
+        VariantArgs::Extend {
+            cu_seqlens,
+            has_initial_state,
+            track,
+            update_conv_state,
+            ..
+        } => {
+            let row_of = |r: i64| (r >= 0 && (r as usize) < tokens).then_some(r as usize);
+            if *update_conv_state {
+                for b in 0..seqs {
+                    let (bos, eos) = (cu_seqlens[b], cu_seqlens[b + 1]);
+                    if !(0 <= bos && bos <= eos && eos <= tokens as i64) {
+                        bad += 1;
+                        continue;
+                    }
+                    let Some(slot) = slot_of(cache_indices[b], &mut bad) else {
+                        continue;
+                    };
+                    let qlen = (eos - bos) as usize;
+                    if qlen == 0 {
+                        continue;
+                    }
+                    for (cache, off) in [(&mut *k_cache, st.k_off), (&mut *v_cache, st.v_off)] {
+                        let old = cache[slot * history * dkv..(slot + 1) * history * dkv].to_vec();
+                        for w in 0..history {
+                            for c in 0..dkv {
+                                cache[(slot * history + w) * dkv + c] = if qlen >= history - w {
+                                    qkvr[(eos as usize - history + w) * st.row + off + c]
+                                } else if has_initial_state[b] != 0 {
+                                    old[(w + qlen) * dkv + c]
+                                } else {
+                                    bf16::ZERO
+                                };
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(tr) = track {
+                let (rows, mask, dst) = (tr.rows, tr.mask, tr.dst);
+                for b in 0..seqs {
+                    if mask[b] == 0 {
+                        continue;
+                    }
+                    let d = dst[b];
+                    let window_rows: Option<Vec<usize>> = (0..history)
+                        .map(|w| row_of(rows[b * history + w]))
+                        .collect();
+                    let (Some(window_rows), true) =
+                        (window_rows, d >= 0 && (d as usize) < conv_slots)
+                    else {
+                        bad += 1;
+                        continue;
+                    };
+                    let d = d as usize;
+                    for (cache, off) in [(&mut *k_cache, st.k_off), (&mut *v_cache, st.v_off)] {
+                        for (w, &r) in window_rows.iter().enumerate() {
+                            for c in 0..dkv {
+                                cache[(d * history + w) * dkv + c] = qkvr[r * st.row + off + c];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    if let Some(counter) = bad_index_count.as_mut() {
+        counter[0] += bad;
+    }
+}
+
+fn inputs_history(cache: &[bf16], st: &PrologueStatics, slot: usize, row: usize, c: usize) -> bf16 {
+    cache[(slot * (st.w - 1) + row) * st.dkv() + c]
+}
+
+/// q of one token: per-head RMSNorm, rounded to bf16, then the tau fold rounded again.
+fn q_row(inputs: &Inputs<'_>, t: usize, gamma: &[f32], eps: f32, tau: Option<f32>) -> Vec<f32> {
+    let st = inputs.st;
+    let mut out = Vec::with_capacity(st.dq());
+    for h in 0..st.hq {
+        let x: Vec<f32> = (0..st.hd)
+            .map(|j| inputs.x(t, st.q_off, h * st.hd + j))
+            .collect();
+        let inv = head_rms_inverse(&x, eps);
+        for (j, &xj) in x.iter().enumerate() {
+            let qn = rn_bf16(xj * inv * gamma[j]);
+            out.push(match tau {
+                Some(tau) => rn_bf16(qn * tau),
+                None => qn,
+            });
+        }
+    }
+    out
+}
+
+/// k or v of one token: the causal conv over history and the sequence's earlier tokens,
+/// SiLU, residual, the bf16 rounding, and (for k) the per-head RMSNorm.
+fn kv_row(
+    inputs: &Inputs<'_>,
+    t: usize,
+    ctx: TokenContext,
+    offset: usize,
+    cache: &[bf16],
+    weight: &[f32],
+    norm: Option<(&[f32], f32)>,
+) -> Vec<f32> {
+    let st = inputs.st;
+    let (w_taps, history) = (st.w, st.w - 1);
+    let y: Vec<f32> = (0..st.dkv())
+        .map(|c| {
+            let taps = &weight[c * w_taps..(c + 1) * w_taps];
+            let mut acc = 0.0f32;
+            for (i, &tap_weight) in taps[..history].iter().enumerate() {
+                // Tap i pairs with the input at time t - history + i.
+                let u = t as i64 - history as i64 + i as i64;
+                let x = if u >= ctx.bos as i64 {
+                    inputs.x(u as usize, offset, c)
+                } else if let (true, Some(slot)) = (ctx.gate, ctx.slot) {
+                    inputs.history(cache, slot, t - ctx.bos + i, c)
+                } else {
+                    0.0
+                };
+                acc = x.mul_add(tap_weight, acc);
+            }
+            let xt = inputs.x(t, offset, c);
+            acc = xt.mul_add(taps[history], acc);
+            if st.silu {
+                acc /= 1.0 + (-acc).exp();
+            }
+            if st.residual {
+                acc += xt;
+            }
+            rn_bf16(acc)
+        })
+        .collect();
+    match norm {
+        None => y,
+        Some((gamma, eps)) => y
+            .chunks_exact(st.hd)
+            .flat_map(|head| {
+                let inv = head_rms_inverse(head, eps);
+                head.iter()
+                    .zip(gamma)
+                    .map(move |(&v, &g)| rn_bf16(v * inv * g))
+            })
+            .collect(),
+    }
+}
+
+fn encode_row(row: &[f32], data: &mut [F8E4M3], scales: &mut [E8M0]) {
+    crate::dtype::mxfp8_encode_row(row, data, scales);
+}

@@ -1,0 +1,276 @@
+//! CUDA launch of the prologue (`kernels/inkling_prologue.cu`).
+
+use std::marker::PhantomData;
+
+use super::call::{KvTarget, PrologueCall, QTarget, VariantArgs};
+use super::{ConvSpec, Prologue, PrologueStatics, QkvrLayout, RunPrologue, Store, Variant};
+use crate::backend::Cuda;
+use crate::backend::cuda::{CudaKernel, LaunchShape};
+use crate::error::Result;
+
+const SOURCE: &str = include_str!("../../../kernels/inkling_prologue.cu");
+
+/// The main kernel's parameter block (`struct PrologueParams`), field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PrologueParams {
+    qkvr: u64,
+    qkvr_row_stride: i64,
+    num_tokens: i32,
+    num_seqs: i32,
+    k_cache: u64,
+    v_cache: u64,
+    conv_slots: i32,
+    draft_tokens: i32,
+    cache_indices: u64,
+    cache_mask: u64,
+    k_weight: u64,
+    v_weight: u64,
+    q_gamma: u64,
+    k_gamma: u64,
+    eps: f32,
+    tau: u64,
+    q_out: u64,
+    q_scale: u64,
+    k_out: u64,
+    v_out: u64,
+    loc: u64,
+    kv_slots: i64,
+    k_buf: u64,
+    v_buf: u64,
+    sfk: u64,
+    sfv: u64,
+    k_inter: u64,
+    v_inter: u64,
+    inter_capacity: i32,
+    cu_seqlens: u64,
+    seq_of_token: u64,
+    track_mask: u64,
+    track_indices: u64,
+    bad_index_count: u64,
+}
+
+/// The trailing conv-state update's parameter block (`struct ConvStateUpdateParams`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvStateUpdateParams {
+    qkvr: u64,
+    qkvr_row_stride: i64,
+    num_seqs: i32,
+    num_tokens: i32,
+    k_cache: u64,
+    v_cache: u64,
+    conv_slots: i32,
+    do_cache_update: i32,
+    cache_indices: u64,
+    has_initial_state: u64,
+    cu_seqlens: u64,
+    track_mask: u64,
+    track_rows: u64,
+    track_dst: u64,
+    bad_index_count: u64,
+}
+
+/// A prologue kernel type: its static facts and its CUDA instantiations.
+pub trait PrologueKernel: CudaKernel<Params = PrologueParams> {
+    /// The static facts as values.
+    const STATICS: PrologueStatics;
+    /// The extend variant's trailing conv-state update kernel.
+    type Update: CudaKernel<Params = ConvStateUpdateParams>;
+}
+
+impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> CudaKernel
+    for Prologue<V, S, HD, DQ, DKV, L, C>
+where
+    V: Variant,
+    S: Store,
+    L: QkvrLayout,
+    C: ConvSpec,
+{
+    const SOURCE: &'static str = SOURCE;
+    type Params = PrologueParams;
+    fn instantiation() -> String {
+        let s = Self::STATICS;
+        format!(
+            "inkling_prologue_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            s.variant,
+            s.hd,
+            s.hq,
+            s.hkv,
+            s.w,
+            s.silu,
+            s.residual,
+            s.store,
+            s.page,
+            s.q_off,
+            s.k_off,
+            s.v_off
+        )
+    }
+}
+
+impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> PrologueKernel
+    for Prologue<V, S, HD, DQ, DKV, L, C>
+where
+    V: Variant,
+    S: Store,
+    L: QkvrLayout,
+    C: ConvSpec,
+{
+    const STATICS: PrologueStatics = Prologue::<V, S, HD, DQ, DKV, L, C>::STATICS;
+    type Update = ConvStateUpdateKernel<HD, DKV, L, C>;
+}
+
+/// `inkling_conv_state_update_kernel<HD, HKV, W, K_OFF, V_OFF>`.
+pub struct ConvStateUpdateKernel<const HD: usize, const DKV: usize, L, C>(PhantomData<(L, C)>);
+
+impl<const HD: usize, const DKV: usize, L: QkvrLayout, C: ConvSpec> CudaKernel
+    for ConvStateUpdateKernel<HD, DKV, L, C>
+{
+    const SOURCE: &'static str = SOURCE;
+    type Params = ConvStateUpdateParams;
+    fn instantiation() -> String {
+        format!(
+            "inkling_conv_state_update_kernel<{}, {}, {}, {}, {}>",
+            HD,
+            DKV / HD,
+            C::W,
+            L::K_OFF,
+            L::V_OFF
+        )
+    }
+}
+
+/// Launch shape of the main kernel (mirrors the formulas at the top of the kernel source).
+pub fn prologue_launch_shape(st: &PrologueStatics, tokens: usize) -> LaunchShape {
+    let lanes = st.dq() / 8 + 2 * st.dkv() / 8; // one thread per 8-channel vector
+    let threads = lanes.next_multiple_of(32).min(512) as u32;
+    LaunchShape {
+        grid: (tokens as u32, 1, 1),
+        block: (threads, 1, 1),
+        smem_bytes: 0,
+    }
+}
+
+/// Launch shape of the trailing update: 256-thread blocks over `B · 2 · DKV/8` items.
+pub fn update_launch_shape(st: &PrologueStatics, seqs: usize) -> LaunchShape {
+    let items = seqs * 2 * st.dkv() / 8;
+    LaunchShape {
+        grid: (items.div_ceil(256).max(1) as u32, 1, 1),
+        block: (256, 1, 1),
+        smem_bytes: 0,
+    }
+}
+
+impl RunPrologue for Cuda {
+    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cuda>) -> Result<()> {
+        let st = K::STATICS;
+        if call.tokens == 0 {
+            return Ok(());
+        }
+        let ptr = |b: &cudarc::driver::CudaSlice<_>| self.ptr(b);
+        let mut p = PrologueParams {
+            qkvr: self.ptr(call.qkvr),
+            qkvr_row_stride: st.row as i64,
+            num_tokens: call.tokens as i32,
+            num_seqs: call.seqs as i32,
+            k_cache: self.ptr(call.k_cache),
+            v_cache: self.ptr(call.v_cache),
+            conv_slots: call.conv_slots as i32,
+            cache_indices: self.ptr(call.cache_indices),
+            cache_mask: self.ptr(call.cache_mask),
+            k_weight: self.ptr(call.k_weight),
+            v_weight: self.ptr(call.v_weight),
+            q_gamma: self.ptr(call.q_gamma),
+            k_gamma: self.ptr(call.k_gamma),
+            eps: call.eps,
+            tau: call.tau.map_or(0, |t| self.ptr(t)),
+            k_out: self.ptr(call.k_out),
+            v_out: self.ptr(call.v_out),
+            loc: self.ptr(call.loc),
+            bad_index_count: call.bad_index_count.as_ref().map_or(0, |c| self.ptr(c)),
+            ..Default::default()
+        };
+        match &call.q {
+            QTarget::Bf16(q) => p.q_out = self.ptr(q),
+            QTarget::Mxfp8 { data, scales } => {
+                p.q_out = self.ptr(data);
+                p.q_scale = self.ptr(scales);
+            }
+        }
+        match &call.kv {
+            KvTarget::None => {}
+            KvTarget::Bf16 { k, v, slots } => {
+                (p.k_buf, p.v_buf, p.kv_slots) = (self.ptr(k), self.ptr(v), *slots as i64);
+            }
+            KvTarget::Mxfp8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+                slots,
+            } => {
+                (p.k_buf, p.v_buf, p.kv_slots) = (self.ptr(k), self.ptr(v), *slots as i64);
+                (p.sfk, p.sfv) = (self.ptr(k_scales), self.ptr(v_scales));
+            }
+        }
+        let mut update = None;
+        match &call.variant {
+            VariantArgs::Verify {
+                draft_tokens,
+                k_inter,
+                v_inter,
+                capacity,
+            } => {
+                p.draft_tokens = *draft_tokens as i32;
+                (p.k_inter, p.v_inter) = (ptr(k_inter), ptr(v_inter));
+                p.inter_capacity = *capacity as i32;
+            }
+            VariantArgs::Extend {
+                cu_seqlens,
+                seq_of_token,
+                has_initial_state,
+                track,
+                update_conv_state,
+            } => {
+                p.cu_seqlens = self.ptr(cu_seqlens);
+                p.seq_of_token = self.ptr(seq_of_token);
+                if *update_conv_state || track.is_some() {
+                    let mut u = ConvStateUpdateParams {
+                        qkvr: p.qkvr,
+                        qkvr_row_stride: p.qkvr_row_stride,
+                        num_seqs: p.num_seqs,
+                        num_tokens: p.num_tokens,
+                        k_cache: p.k_cache,
+                        v_cache: p.v_cache,
+                        conv_slots: p.conv_slots,
+                        do_cache_update: *update_conv_state as i32,
+                        cache_indices: p.cache_indices,
+                        has_initial_state: self.ptr(has_initial_state),
+                        cu_seqlens: p.cu_seqlens,
+                        bad_index_count: p.bad_index_count,
+                        ..Default::default()
+                    };
+                    if let Some(t) = track {
+                        (u.track_rows, u.track_mask, u.track_dst) =
+                            (self.ptr(t.rows), self.ptr(t.mask), self.ptr(t.dst));
+                    }
+                    update = Some(u);
+                }
+            }
+            VariantArgs::Decode { track } => {
+                if let Some(t) = track {
+                    (p.track_mask, p.track_indices) = (self.ptr(t.mask), self.ptr(t.indices));
+                }
+            }
+        }
+        // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
+        // row shape of its type), and the kernel guards every index it reads from the device.
+        unsafe { self.launch::<K>(prologue_launch_shape(&st, call.tokens), &p)? };
+        if let Some(u) = update {
+            // SAFETY: as above; the update reads the same tied buffers.
+            unsafe { self.launch::<K::Update>(update_launch_shape(&st, call.seqs), &u)? };
+        }
+        Ok(())
+    }
+}

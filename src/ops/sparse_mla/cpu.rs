@@ -1,0 +1,87 @@
+//! CPU reference of the sparse MLA prefill (spec §3.3), exact softmax in f32/f64 on the
+//! dequantized inputs (the kernel's e4m3 re-quantization of P is not modelled; the tests'
+//! tolerances cover it).
+
+use rayon::prelude::*;
+
+use super::{D_V, Options, RunSparseMla, SparseMlaCall};
+use crate::backend::Cpu;
+use crate::dtype::{bf16, e4m3_to_f32};
+use crate::error::Result;
+
+impl RunSparseMla for Cpu {
+    fn sparse_mla<
+        const D_QK: usize,
+        const H_Q: usize,
+        const TOPK: usize,
+        O: Options,
+        const HEADS: usize,
+    >(
+        &self,
+        call: SparseMlaCall<'_, Cpu>,
+    ) -> Result<()> {
+        reference(D_QK, HEADS, TOPK, call);
+        Ok(())
+    }
+}
+
+/// Every e4m3 byte decoded, so the inner loops are table lookups.
+fn e4m3_table() -> [f32; 256] {
+    std::array::from_fn(|b| e4m3_to_f32(float8::F8E4M3::from_bits(b as u8)))
+}
+
+fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu>) {
+    let lut = e4m3_table();
+    let (s_kv, q_scale, kv_scale) = (call.s_kv, call.q_scale[0], call.kv_scale[0]);
+    let score_scale = call.sm_scale * q_scale * kv_scale;
+    let kv: Vec<f32> = call.kv.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_kv, d_qk]
+    let q: Vec<f32> = call.q.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_q, heads, d_qk]
+    let (indices, topk_length, sink) = (call.indices, call.topk_length, call.sink);
+
+    call.out
+        .par_chunks_mut(heads * D_V)
+        .zip(call.max_logits.par_chunks_mut(heads))
+        .zip(call.lse.par_chunks_mut(heads))
+        .enumerate()
+        .for_each(|(i, ((out, max_logits), lse))| {
+            let length = topk_length.map_or(topk, |l| l[i].clamp(0, topk as i32) as usize);
+            let rows: Vec<usize> = indices[i * topk..i * topk + length]
+                .iter()
+                .filter(|&&idx| idx >= 0 && (idx as usize) < s_kv)
+                .map(|&idx| idx as usize)
+                .collect();
+            for h in 0..heads {
+                let qh = &q[(i * heads + h) * d_qk..(i * heads + h + 1) * d_qk];
+                let out_h = &mut out[h * D_V..(h + 1) * D_V];
+                if rows.is_empty() {
+                    out_h.fill(bf16::ZERO);
+                    max_logits[h] = f32::NEG_INFINITY;
+                    lse[h] = f32::INFINITY;
+                    continue;
+                }
+                let scores: Vec<f64> = rows
+                    .iter()
+                    .map(|&r| {
+                        let k = &kv[r * d_qk..(r + 1) * d_qk];
+                        let dot: f32 = qh.iter().zip(k).map(|(a, b)| a * b).sum();
+                        (dot * score_scale) as f64
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let z: f64 = weights.iter().sum();
+                let denom = z + sink.map_or(0.0, |s| (s[h] as f64 - m).exp());
+                let mut acc = vec![0.0f64; D_V];
+                for (&r, &p) in rows.iter().zip(&weights) {
+                    for (a, &v) in acc.iter_mut().zip(&kv[r * d_qk..r * d_qk + D_V]) {
+                        *a += p * v as f64;
+                    }
+                }
+                for (o, a) in out_h.iter_mut().zip(&acc) {
+                    *o = bf16::from_f64(a * kv_scale as f64 / denom);
+                }
+                max_logits[h] = m as f32;
+                lse[h] = (m + z.ln()) as f32;
+            }
+        });
+}
