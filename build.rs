@@ -127,7 +127,43 @@ fn main() {
     )
     .unwrap();
 
-    let dest = Path::new(&std::env::var("OUT_DIR").unwrap()).join("rule_tables.rs");
-    std::fs::write(dest, out).unwrap();
+    let out_dir = std::env::var("OUT_DIR").unwrap();
+    std::fs::write(Path::new(&out_dir).join("rule_tables.rs"), out).unwrap();
+    std::fs::write(Path::new(&out_dir).join("rule_claims.rs"), claims()).unwrap();
     println!("cargo::rerun-if-changed=build.rs");
+}
+
+/// The values the library claims each rule accepts, as calls for `tests/dims.rs`, enumerated
+/// from the documented ranges (not from the tables above) so that a gap in a table fails.
+fn claims() -> String {
+    let mut c = String::from("fn claimed_values_resolve() {\n");
+    for n in (128..=MAX_WIDTH).step_by(128) {
+        writeln!(c, "    mxfp8_width::<{n}>();").unwrap();
+        writeln!(c, "    whole_heads::<128, {n}>();").unwrap();
+    }
+    for hd in PROLOGUE_HEAD_DIMS {
+        for n in (hd..=MAX_WIDTH).step_by(hd) {
+            writeln!(c, "    whole_heads::<{hd}, {n}>();").unwrap();
+        }
+    }
+    for p in (32..=MAX_PAGE).step_by(32) {
+        writeln!(c, "    page_size::<{p}>();").unwrap();
+    }
+    for p in (128..=MAX_PAGE).step_by(128) {
+        writeln!(c, "    mxfp8_page_size::<{p}>();").unwrap();
+    }
+    for k in (128..=MAX_TOPK).step_by(128) {
+        writeln!(c, "    topk_width::<{k}>();").unwrap();
+    }
+    for h in (64..=MAX_HEAD_TILE).step_by(64) {
+        writeln!(c, "    head_tile::<{h}>();").unwrap();
+    }
+    for o in (0..=MAX_ROW_OFFSET).step_by(8) {
+        writeln!(c, "    row_offset::<{o}>();").unwrap();
+    }
+    for w in CONV_WIDTHS {
+        writeln!(c, "    conv_width::<{w}>();").unwrap();
+    }
+    c.push_str("}\n");
+    c
 }

@@ -252,6 +252,9 @@ struct ConvHistory {
     bool may_store;      // token may be scattered into the KV pool
 };
 
+// Reads the token's sequence metadata. Loads that do not depend on each other are issued together
+// (mask next to index) so that the history loads wait for one round trip (verify, decode) or two
+// (extend: seq_of_token, then the sequence's entries).
 template <int VARIANT>
 __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, int t, bool counter_lane) {
     ConvHistory h;
@@ -269,11 +272,12 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
         h.first_token = s * q;
         if (s >= p.num_seqs) return h;  // T != B*q (rejected by the host): no history, no windows
         const i32 raw_slot = p.cache_indices[s];
+        const bool mask = p.cache_mask[s] != 0;
         const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
         if (raw_slot != -1 && !slot_ok && counter_lane) count_bad_index(p.bad_index_count);
         if (slot_ok) {
             h.read_slot = raw_slot;
-            h.gate = p.cache_mask[s] != 0;
+            h.gate = mask;
             h.load_ungated = true;
             if (s < p.inter_capacity) h.window_slot = s;
         }
@@ -285,33 +289,36 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
             return h;
         }
         const i64 bos = p.cu_seqlens[s];
+        const i32 raw_slot = p.cache_indices[s];
+        const bool mask = p.cache_mask[s] != 0;
         if (bos < 0 || bos > p.num_tokens || bos > t) {
             if (counter_lane) count_bad_index(p.bad_index_count);
             h.may_store = false;
             return h;
         }
         h.first_token = (int)bos;
-        const i32 raw_slot = p.cache_indices[s];
         const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
         if (raw_slot != -1 && !slot_ok) {
             if (counter_lane) count_bad_index(p.bad_index_count);
             return h;  // bad slot: no history
         }
-        h.gate = p.cache_mask[s] != 0;  // not AND-ed with validity (spec): padding reads slot 0
+        h.gate = mask;  // not AND-ed with validity (spec): padding with mask set reads slot 0
         h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
     } else {
         const i32 raw_slot = p.cache_indices[t];
+        const bool mask = p.cache_mask[t] != 0;
+        const bool track = p.track_mask != nullptr && p.track_mask[t] != 0;
         const bool slot_ok = raw_slot >= 0 && raw_slot < p.conv_slots;
         h.may_store = slot_ok;  // decode stores valid tokens only
         if (raw_slot != -1 && !slot_ok) {
             if (counter_lane) count_bad_index(p.bad_index_count);
             return h;
         }
-        h.gate = p.cache_mask[t] != 0;
+        h.gate = mask;
         h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
         if (slot_ok) {
             h.window_slot = raw_slot;
-            if (p.track_mask != nullptr && p.track_mask[t] != 0) {
+            if (track) {
                 const i64 dst = p.track_indices[t];
                 if (dst >= 0 && dst < p.conv_slots) {
                     h.track_slot = dst;
@@ -322,6 +329,220 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
         }
     }
     return h;
+}
+
+// q vectors handled by one q thread: the largest of 4, 2, 1 dividing HQ. Thread i of a token's q
+// threads owns channel (i % HEAD_LANES)*8 of heads i / HEAD_LANES + j * HQ/QV, j < QV: four
+// independent 16-byte loads in flight per q thread, and lane groups still cover whole heads.
+template <int HQ>
+struct QVectorsPerThread {
+    static constexpr int value = (HQ % 4 == 0) ? 4 : ((HQ % 2 == 0) ? 2 : 1);
+};
+
+// q role: RMSNorm (+ tau) of QV head vectors, then bf16 or MXFP8 output. `lanes`: the q lanes of
+// this warp (shuffle partners). Inactive lanes (past the last token) run the shuffles only.
+template <int HD, int HQ, int STORE, int Q_OFF>
+__device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool active, int t, int q_thread, u32 lanes) {
+    constexpr int QV = QVectorsPerThread<HQ>::value;
+    constexpr int HEAD_LANES = HD / 8;
+    constexpr int HEAD_STRIDE = HQ / QV;                         // heads between a thread's vectors
+    constexpr int DQ = HQ * HD;
+    const int head_group = q_thread / HEAD_LANES;
+    const int head_ch = (q_thread % HEAD_LANES) * 8;             // channel within the head
+    const bf16_t* const x_base = p.qkvr + (i64)t * p.qkvr_row_stride + Q_OFF + head_group * HD + head_ch;
+
+    Bf16x8 x[QV];
+    Bf16x8 gamma = zero_bf16x8();
+    float tau = 1.0f;
+    if (active) {
+#pragma unroll
+        for (int j = 0; j < QV; ++j) x[j] = load_bf16x8(x_base + j * HEAD_STRIDE * HD);
+        gamma = load_bf16x8(p.q_gamma + head_ch);
+        if (p.tau != nullptr) tau = p.tau[t];
+    } else {
+#pragma unroll
+        for (int j = 0; j < QV; ++j) x[j] = zero_bf16x8();
+    }
+
+    float sum_sq[QV];
+#pragma unroll
+    for (int j = 0; j < QV; ++j) {
+        sum_sq[j] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const float v = bf16x8_channel(x[j], c);
+            sum_sq[j] = fmaf(v, v, sum_sq[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < QV; ++j) sum_sq[j] = group_sum<HEAD_LANES>(sum_sq[j], lanes);
+
+#pragma unroll
+    for (int j = 0; j < QV; ++j) {
+        const float inv_rms = rsqrtf(sum_sq[j] * (1.0f / HD) + p.eps);
+        float out[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            out[c] = round_bf16(bf16x8_channel(x[j], c) * inv_rms * bf16x8_channel(gamma, c));
+            if (p.tau != nullptr) out[c] = round_bf16(out[c] * tau);
+        }
+        const int head = head_group + j * HEAD_STRIDE;
+        const i64 out_index = (i64)t * DQ + head * HD + head_ch;   // q_out [T, DQ]
+        if (STORE != kStoreMxfp8) {
+            if (active) store_bf16x8(static_cast<bf16_t*>(p.q_out) + out_index, pack_bf16x8(out));
+        } else {
+            u32 head_scale_word;
+            const u64 e4m3_bytes = mxfp8_encode_lane(out, lanes, head_scale_word);
+            if (active) {
+                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + out_index) = e4m3_bytes;
+                if (head_ch == 0) {
+                    // q_scale [T, HQ, HD/32]: the head's 4 bytes at once
+                    *reinterpret_cast<u32*>(p.q_scale + ((i64)t * HQ + head) * (HD / 32)) = head_scale_word;
+                }
+            }
+        }
+    }
+}
+
+// k or v role: depthwise conv over (history, current), SiLU/residual, k RMSNorm, outputs, KV
+// store, verify windows / decode state update. `lanes`: the k/v lanes of this warp.
+template <int VARIANT, int HD, int HKV, int W, bool SILU, bool RESIDUAL, int STORE, int PAGE, int K_OFF, int V_OFF>
+__device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool active, int t, int kv_thread, u32 lanes) {
+    constexpr int DKV = HKV * HD;
+    constexpr int KV_VECS = DKV / 8;
+    constexpr int HEAD_LANES = HD / 8;
+    constexpr int K = W - 1;                                      // history taps
+    const bool is_v = kv_thread >= KV_VECS;
+    const int ch = (is_v ? kv_thread - KV_VECS : kv_thread) * 8;  // channel in [0, DKV)
+    const int head_ch = ch % HD;
+    const bool counter_lane = active && kv_thread == 0;           // counts this token's bad indices
+    const int role_off = is_v ? V_OFF : K_OFF;
+
+    float value[8];          // bf16-rounded conv output y
+    float sum_sq = 0.0f;     // k: per-lane sum of squares of y
+    Bf16x8 x_vec = zero_bf16x8();
+    Bf16x8 gamma = zero_bf16x8();
+    Bf16x8 shifted_window[K > 1 ? K - 1 : 1];  // verify: raw inputs t-K+1 .. t-1; decode: gated history 1..K-1
+    ConvHistory hist;
+    hist.window_slot = -1;
+    hist.track_slot = -1;
+    i64 store_slot = -1;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) value[c] = 0.0f;
+
+    if (active) {
+        x_vec = load_bf16x8(p.qkvr + (i64)t * p.qkvr_row_stride + role_off + ch);
+        if (!is_v) gamma = load_bf16x8(p.k_gamma + head_ch);
+        const bf16_t* const weight = (is_v ? p.v_weight : p.k_weight) + (i64)ch * W;  // [DKV, W]
+        Bf16x8 taps_w[W];  // weights of channels ch..ch+7, W taps each: element c*W + i
+#pragma unroll
+        for (int n = 0; n < W; ++n) taps_w[n] = load_bf16x8(weight + 8 * n);
+        i64 loc = -1;
+        if (STORE != kStoreNone) loc = p.loc[t];
+
+        hist = resolve_history<VARIANT>(p, t, counter_lane);
+        if (STORE != kStoreNone) {
+            if (loc >= p.kv_slots) {
+                if (counter_lane) count_bad_index(p.bad_index_count);
+            } else if (hist.may_store) {
+                store_slot = loc;  // negative: do not store (valid input)
+            }
+        }
+
+        const bf16_t* const cache = is_v ? p.v_cache : p.k_cache;  // [conv_slots, K, DKV]
+        const int pos = t - hist.first_token;                        // position in its sequence
+        Bf16x8 tap_raw[K];
+        bool tap_from_cache[K];
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            const int u = t - K + i;  // input time of tap i
+            tap_from_cache[i] = u < hist.first_token;
+            if (!tap_from_cache[i]) {
+                tap_raw[i] = load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch);
+            } else if (hist.read_slot >= 0 && (hist.gate || hist.load_ungated)) {
+                tap_raw[i] = load_bf16x8(cache + (hist.read_slot * K + (pos + i)) * (i64)DKV + ch);
+            } else {
+                tap_raw[i] = zero_bf16x8();
+            }
+        }
+        Bf16x8 tap_used[K];  // history after the cache gate
+#pragma unroll
+        for (int i = 0; i < K; ++i) tap_used[i] = (tap_from_cache[i] && !hist.gate) ? zero_bf16x8() : tap_raw[i];
+#pragma unroll
+        for (int w = 0; w + 1 < K; ++w) {
+            shifted_window[w] = (VARIANT == kVariantVerify) ? tap_raw[w + 1] : tap_used[w + 1];
+        }
+
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                acc = fmaf(bf16x8_channel(tap_used[i], c), bf16x8_channel(taps_w[(c * W + i) / 8], (c * W + i) % 8), acc);
+            }
+            const float x = bf16x8_channel(x_vec, c);
+            acc = fmaf(x, bf16x8_channel(taps_w[(c * W + K) / 8], (c * W + K) % 8), acc);
+            if (SILU) acc = acc / (1.0f + expf(-acc));
+            if (RESIDUAL) acc = acc + x;
+            value[c] = round_bf16(acc);
+            sum_sq = fmaf(value[c], value[c], sum_sq);
+        }
+    }
+
+    // k RMSNorm over the head (v lanes take part in the shuffles and ignore the result).
+    sum_sq = group_sum<HEAD_LANES>(sum_sq, lanes);
+    float out[8];
+    if (!is_v) {
+        const float inv_rms = rsqrtf(sum_sq * (1.0f / HD) + p.eps);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) out[c] = round_bf16(value[c] * inv_rms * bf16x8_channel(gamma, c));
+    } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) out[c] = value[c];
+    }
+
+    if (active) {
+        const Bf16x8 out_vec = pack_bf16x8(out);
+        store_bf16x8((is_v ? p.v_out : p.k_out) + (i64)t * DKV + ch, out_vec);  // k_out/v_out [T, DKV]
+        if (STORE == kStoreBf16 && store_slot >= 0) {
+            store_bf16x8(static_cast<bf16_t*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch, out_vec);  // [S, DKV]
+        }
+    }
+    if (STORE == kStoreMxfp8) {
+        u32 head_scale_word;
+        const u64 e4m3_bytes = mxfp8_encode_lane(out, lanes, head_scale_word);
+        if (active && store_slot >= 0) {
+            *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = e4m3_bytes;
+            if (head_ch == 0) {
+                u8* const planes = is_v ? p.sfv : p.sfk;  // [S/PAGE, HKV, 32, PAGE/32, 4]
+                *reinterpret_cast<u32*>(planes + interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD)) = head_scale_word;
+            }
+        }
+    }
+
+    if (!active) return;
+    if (VARIANT == kVariantVerify && hist.window_slot >= 0) {
+        // k_inter/v_inter [inter_capacity, q, K, DKV]: conv state after consuming draft token tq.
+        const int tq = t - hist.first_token;
+        bf16_t* const inter = (is_v ? p.v_inter : p.k_inter) + ((hist.window_slot * p.draft_tokens + tq) * (i64)K) * DKV + ch;
+#pragma unroll
+        for (int w = 0; w + 1 < K; ++w) store_bf16x8(inter + (i64)w * DKV, shifted_window[w]);
+        store_bf16x8(inter + (i64)(K - 1) * DKV, x_vec);
+    }
+    if (VARIANT == kVariantDecode && hist.window_slot >= 0) {
+        // In-place shift of the conv state [conv_slots, K, DKV]; this thread read the same rows above.
+        bf16_t* const cache = is_v ? p.v_cache : p.k_cache;
+        bf16_t* const dst = cache + hist.window_slot * K * (i64)DKV + ch;
+#pragma unroll
+        for (int w = 0; w + 1 < K; ++w) store_bf16x8(dst + (i64)w * DKV, shifted_window[w]);
+        store_bf16x8(dst + (i64)(K - 1) * DKV, x_vec);
+        if (hist.track_slot >= 0) {
+            bf16_t* const track = cache + hist.track_slot * K * (i64)DKV + ch;
+#pragma unroll
+            for (int w = 0; w + 1 < K; ++w) store_bf16x8(track + (i64)w * DKV, shifted_window[w]);
+            store_bf16x8(track + (i64)(K - 1) * DKV, x_vec);
+        }
+    }
 }
 
 template <int VARIANT, int HD, int HQ, int HKV, int W, bool SILU, bool RESIDUAL, int STORE, int PAGE,
@@ -338,183 +559,33 @@ __global__ void __launch_bounds__(kPrologueThreads)
     static_assert(STORE != kStoreMxfp8 || (PAGE > 0 && PAGE % 32 == 0), "MXFP8 page size must be a multiple of 32");
     static_assert(Q_OFF % 8 == 0 && K_OFF % 8 == 0 && V_OFF % 8 == 0, "qkvr offsets must be multiples of 8");
 
-    constexpr int DQ = HQ * HD;
-    constexpr int DKV = HKV * HD;
-    constexpr int Q_VECS = DQ / 8;                 // q vectors per token
-    constexpr int KV_VECS = DKV / 8;               // k (and v) vectors per token
-    constexpr int VECS = Q_VECS + 2 * KV_VECS;     // items per token
-    constexpr int HEAD_LANES = HD / 8;             // lanes per head (8, 16 or 32)
-    constexpr int K = W - 1;                       // history taps
+    constexpr int Q_THREADS = HQ * HD / 8 / QVectorsPerThread<HQ>::value;  // q threads per token
+    constexpr int KV_VECS = HKV * HD / 8;                                 // k (and v) threads per token
+    constexpr int TOKEN_THREADS = Q_THREADS + 2 * KV_VECS;                // threads per token
 
+    // Flat thread index -> (token, thread within token); 32-bit division when it fits.
     const u64 item = (u64)blockIdx.x * kPrologueThreads + threadIdx.x;
-    const u64 num_items = (u64)(p.num_tokens > 0 ? p.num_tokens : 0) * VECS;
+    const u64 num_items = (u64)(p.num_tokens > 0 ? p.num_tokens : 0) * TOKEN_THREADS;
     const bool active = item < num_items;
-    const int t = active ? (int)(item / VECS) : 0;                 // token
-    const int vec = (int)(item % VECS);                            // vector within the token
-    const bool is_q = vec < Q_VECS;
-    const bool is_v = vec >= Q_VECS + KV_VECS;
-    const int ch = (is_q ? vec : (is_v ? vec - Q_VECS - KV_VECS : vec - Q_VECS)) * 8;  // channel in [0, DQ) or [0, DKV)
-    const int head_ch = ch % HD;                                   // channel within its head
-    const bool counter_lane = active && !is_q && !is_v && ch == 0; // counts this token's bad indices
+    u32 t, within;
+    if (num_items <= 0xffffffffull) {
+        const u32 item32 = (u32)item;
+        t = item32 / TOKEN_THREADS;
+        within = item32 - t * TOKEN_THREADS;
+    } else {
+        t = (u32)(item / TOKEN_THREADS);
+        within = (u32)(item - (u64)t * TOKEN_THREADS);
+    }
+    if (!active) t = 0;
+    const bool is_q = within < Q_THREADS;
+    const u32 q_lanes = __ballot_sync(0xffffffffu, is_q);
 
     grid_dependency_wait();
 
-    const bf16_t* const qkvr_row = p.qkvr + (i64)t * p.qkvr_row_stride;
-    const int role_off = is_q ? Q_OFF : (is_v ? V_OFF : K_OFF);
-
-    // Phase 1 (role-divergent): inputs, conv, per-lane sum of squares.
-    float value[8];          // q: input x; k, v: bf16-rounded conv output y
-    float sum_sq = 0.0f;     // q, k: per-lane sum of squares feeding the head RMSNorm
-    Bf16x8 x_vec = zero_bf16x8();
-    Bf16x8 shifted_window[K > 1 ? K - 1 : 1];  // verify: raw inputs t-K+1 .. t-1; decode: gated history 1..K-1
-    ConvHistory hist;
-    hist.window_slot = -1;
-    hist.track_slot = -1;
-    hist.may_store = false;
-    i64 store_slot = -1;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) value[c] = 0.0f;
-
-    if (active) {
-        x_vec = load_bf16x8(qkvr_row + role_off + ch);
-        if (is_q) {
-#pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                value[c] = bf16x8_channel(x_vec, c);
-                sum_sq = fmaf(value[c], value[c], sum_sq);
-            }
-        } else {
-            if (STORE != kStoreNone) {
-                const i64 slot = p.loc[t];
-                if (slot >= p.kv_slots) {
-                    if (counter_lane) count_bad_index(p.bad_index_count);
-                } else {
-                    store_slot = slot;  // negative: do not store (valid input)
-                }
-            }
-            hist = resolve_history<VARIANT>(p, t, counter_lane);
-            if (!hist.may_store) store_slot = -1;
-
-            const bf16_t* const weight = (is_v ? p.v_weight : p.k_weight) + (i64)ch * W;  // [DKV, W]
-            Bf16x8 taps_w[W];  // weights of channels ch..ch+7, W taps each: element c*W + i
-#pragma unroll
-            for (int n = 0; n < W; ++n) taps_w[n] = load_bf16x8(weight + 8 * n);
-
-            const bf16_t* const cache = is_v ? p.v_cache : p.k_cache;  // [conv_slots, K, DKV]
-            const int pos = t - hist.first_token;                        // position in its sequence
-            Bf16x8 tap_raw[K];
-            bool tap_from_cache[K];
-#pragma unroll
-            for (int i = 0; i < K; ++i) {
-                const int u = t - K + i;  // input time of tap i
-                tap_from_cache[i] = u < hist.first_token;
-                if (!tap_from_cache[i]) {
-                    tap_raw[i] = load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch);
-                } else if (hist.read_slot >= 0 && (hist.gate || hist.load_ungated)) {
-                    tap_raw[i] = load_bf16x8(cache + (hist.read_slot * K + (pos + i)) * (i64)DKV + ch);
-                } else {
-                    tap_raw[i] = zero_bf16x8();
-                }
-            }
-            Bf16x8 tap_used[K];  // history after the cache gate
-#pragma unroll
-            for (int i = 0; i < K; ++i) tap_used[i] = (tap_from_cache[i] && !hist.gate) ? zero_bf16x8() : tap_raw[i];
-#pragma unroll
-            for (int w = 0; w + 1 < K; ++w) {
-                shifted_window[w] = (VARIANT == kVariantVerify) ? tap_raw[w + 1] : tap_used[w + 1];
-            }
-
-#pragma unroll
-            for (int c = 0; c < 8; ++c) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int i = 0; i < K; ++i) acc = fmaf(bf16x8_channel(tap_used[i], c), bf16x8_channel(taps_w[(c * W + i) / 8], (c * W + i) % 8), acc);
-                const float x = bf16x8_channel(x_vec, c);
-                acc = fmaf(x, bf16x8_channel(taps_w[(c * W + K) / 8], (c * W + K) % 8), acc);
-                if (SILU) acc = acc / (1.0f + expf(-acc));
-                if (RESIDUAL) acc = acc + x;
-                value[c] = round_bf16(acc);
-                if (!is_v) sum_sq = fmaf(value[c], value[c], sum_sq);
-            }
-        }
-    }
-
-    // Head RMSNorm factor (uniform: all lanes shuffle).
-    sum_sq = group_sum<HEAD_LANES>(sum_sq);
-    const float inv_rms = rsqrtf(sum_sq * (1.0f / HD) + p.eps);
-
-    // Phase 2 (role-divergent): finish values; bf16 outputs.
-    float out[8];
-    if (active && !is_v) {
-        const Bf16x8 gamma = load_bf16x8((is_q ? p.q_gamma : p.k_gamma) + head_ch);
-#pragma unroll
-        for (int c = 0; c < 8; ++c) out[c] = round_bf16(value[c] * inv_rms * bf16x8_channel(gamma, c));
-        if (is_q && p.tau != nullptr) {
-            const float tau = p.tau[t];
-#pragma unroll
-            for (int c = 0; c < 8; ++c) out[c] = round_bf16(out[c] * tau);
-        }
+    if (is_q) {
+        prologue_q_lane<HD, HQ, STORE, Q_OFF>(p, active, (int)t, (int)within, q_lanes);
     } else {
-#pragma unroll
-        for (int c = 0; c < 8; ++c) out[c] = value[c];
-    }
-    const Bf16x8 out_vec = pack_bf16x8(out);
-
-    if (active) {
-        if (is_q) {
-            if (STORE != kStoreMxfp8) store_bf16x8(static_cast<bf16_t*>(p.q_out) + (i64)t * DQ + ch, out_vec);
-        } else {
-            store_bf16x8((is_v ? p.v_out : p.k_out) + (i64)t * DKV + ch, out_vec);
-            if (STORE == kStoreBf16 && store_slot >= 0) {
-                store_bf16x8(static_cast<bf16_t*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch, out_vec);
-            }
-        }
-    }
-
-    if (STORE == kStoreMxfp8) {
-        u32 head_scale_word;
-        const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);  // uniform: all lanes shuffle
-        if (active) {
-            if (is_q) {
-                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + (i64)t * DQ + ch) = e4m3_bytes;
-                if (head_ch == 0) {
-                    *reinterpret_cast<u32*>(p.q_scale + ((i64)t * HQ + ch / HD) * (HD / 32)) = head_scale_word;
-                }
-            } else if (store_slot >= 0) {
-                *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = e4m3_bytes;
-                if (head_ch == 0) {
-                    u8* const planes = is_v ? p.sfv : p.sfk;
-                    *reinterpret_cast<u32*>(planes + interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD)) = head_scale_word;
-                }
-            }
-        }
-    }
-
-    // Conv-state side effects of k/v lanes.
-    if (active && !is_q) {
-        if (VARIANT == kVariantVerify && hist.window_slot >= 0) {
-            // k_inter/v_inter [inter_capacity, q, K, DKV]: state after consuming draft token tq.
-            const int tq = t - hist.first_token;
-            bf16_t* const inter = (is_v ? p.v_inter : p.k_inter) +
-                                  ((hist.window_slot * p.draft_tokens + tq) * (i64)K) * DKV + ch;
-#pragma unroll
-            for (int w = 0; w + 1 < K; ++w) store_bf16x8(inter + (i64)w * DKV, shifted_window[w]);
-            store_bf16x8(inter + (i64)(K - 1) * DKV, x_vec);
-        }
-        if (VARIANT == kVariantDecode && hist.window_slot >= 0) {
-            // In-place shift of the conv state; this thread read the same rows above.
-            bf16_t* const cache = is_v ? p.v_cache : p.k_cache;
-            bf16_t* const dst = cache + hist.window_slot * K * (i64)DKV + ch;
-#pragma unroll
-            for (int w = 0; w + 1 < K; ++w) store_bf16x8(dst + (i64)w * DKV, shifted_window[w]);
-            store_bf16x8(dst + (i64)(K - 1) * DKV, x_vec);
-            if (hist.track_slot >= 0) {
-                bf16_t* const track = cache + hist.track_slot * K * (i64)DKV + ch;
-#pragma unroll
-                for (int w = 0; w + 1 < K; ++w) store_bf16x8(track + (i64)w * DKV, shifted_window[w]);
-                store_bf16x8(track + (i64)(K - 1) * DKV, x_vec);
-            }
-        }
+        prologue_kv_lane<VARIANT, HD, HKV, W, SILU, RESIDUAL, STORE, PAGE, K_OFF, V_OFF>(p, active, (int)t, (int)within - Q_THREADS, ~q_lanes);
     }
 
     grid_dependents_launch();

@@ -27,6 +27,7 @@ pub mod dim;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod model;
 pub mod ops;
 pub mod rules;
 pub mod tensor;

@@ -1,0 +1,91 @@
+//! Every value the library claims a rule accepts resolves (with the right derived extents),
+//! and the values next to the tables' edges do not.
+
+use shapeproof::dim::Dim;
+use shapeproof::rules::*;
+use static_assertions::{assert_impl_all, assert_not_impl_any};
+use typenum::Unsigned;
+
+fn mxfp8_width<const N: usize>()
+where
+    Dim<N>: Mxfp8Width,
+{
+    assert_eq!(<Dim<N> as Mxfp8Width>::HEADS * 128, N);
+    assert_eq!(<Dim<N> as Mxfp8Width>::SCALE_BYTES * 32, N);
+    assert_eq!(<<Dim<N> as Mxfp8Width>::Heads as Unsigned>::USIZE, N / 128);
+}
+fn whole_heads<const HD: usize, const N: usize>()
+where
+    Dim<N>: WholeHeads<HD>,
+{
+    assert_eq!(<Dim<N> as WholeHeads<HD>>::HEADS * HD, N);
+}
+fn page_size<const P: usize>()
+where
+    Dim<P>: PageSize,
+{
+    assert_eq!(<Dim<P> as PageSize>::SCALE_CHUNKS * 32, P);
+}
+fn mxfp8_page_size<const P: usize>()
+where
+    Dim<P>: Mxfp8PageSize + PageSize,
+{
+}
+fn topk_width<const K: usize>()
+where
+    Dim<K>: TopkWidth,
+{
+    assert_eq!(<Dim<K> as TopkWidth>::BLOCK_PAIRS * 128, K);
+}
+fn head_tile<const H: usize>()
+where
+    Dim<H>: HeadTile + PadsTo<H>,
+{
+    assert_eq!(<Dim<H> as HeadTile>::TILES * 64, H);
+}
+fn row_offset<const O: usize>()
+where
+    Dim<O>: RowOffset,
+{
+}
+fn conv_width<const W: usize>()
+where
+    Dim<W>: ConvWidth,
+{
+    assert_eq!(<Dim<W> as ConvWidth>::HISTORY, W - 1);
+}
+
+include!(concat!(env!("OUT_DIR"), "/rule_claims.rs"));
+
+#[test]
+fn every_claimed_value_resolves() {
+    claimed_values_resolve();
+}
+
+#[test]
+fn table_edges_are_honest() {
+    // Just outside each table: the diagnostics' stated ranges end here.
+    assert_not_impl_any!(Dim<16512>: Mxfp8Width);
+    assert_not_impl_any!(Dim<0>: Mxfp8Width, HeadTile, TopkWidth, PageSize);
+    assert_not_impl_any!(Dim<96>: Mxfp8Width);
+    assert_not_impl_any!(Dim<8320>: TopkWidth);
+    assert_not_impl_any!(Dim<1088>: HeadTile);
+    assert_not_impl_any!(Dim<4128>: PageSize);
+    assert_not_impl_any!(Dim<32776>: RowOffset);
+    assert_not_impl_any!(Dim<1>: ConvWidth);
+    assert_not_impl_any!(Dim<9>: ConvWidth);
+    assert_not_impl_any!(Dim<64>: Mxfp8PageSize);
+    assert_not_impl_any!(Dim<640>: MlaHeadDim);
+    assert_not_impl_any!(Dim<96>: PrologueHeadDim);
+    assert_impl_all!(Dim<512>: MlaHeadDim);
+    assert_impl_all!(Dim<576>: MlaHeadDim);
+    // Padding real heads to tiles: 16 -> 64, 65 -> 128, never 64 -> 128.
+    assert_impl_all!(Dim<16>: PadsTo<64>);
+    assert_impl_all!(Dim<65>: PadsTo<128>);
+    assert_not_impl_any!(Dim<64>: PadsTo<128>);
+    // Tensor parallelism: heads must divide; KV heads divide or replicate.
+    assert_not_impl_any!(Dim<3>: ShardsHeads<64>);
+    assert_not_impl_any!(Dim<32>: ShardsHeads<48>);
+    assert_impl_all!(Dim<16>: ShardsKvHeads<8>);
+    assert_not_impl_any!(Dim<8>: ShardsKvHeads<12>);
+}
