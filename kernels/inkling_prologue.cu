@@ -7,58 +7,80 @@
 //
 // The prologue is a streaming, memory-bound job: per token it reads one packed qkvr row (DQ + 2*DKV
 // bf16) plus a little history, does O(1) f32 work per element, and writes q/k/v outputs, the KV
-// pool rows (+ scales) and, for verify, (W-1) saved window rows per k/v channel. There is no data
-// reuse worth staging in shared memory, so the kernel is built for bandwidth and short latency:
+// pool rows (+ scales) and, for verify, (W-1) saved window rows per k/v channel. There is no reuse
+// worth staging in shared memory; the kernel is built for bandwidth and short latency.
 //
-// * Work item = one 16-byte vector of 8 channels of one token in one role (q, k or v). A token owns
-//   VECS = DQ/8 + 2*DKV/8 consecutive items: [q vectors | k vectors | v vectors]. All T*VECS items
-//   are laid out flat over the grid, one item per thread. Every load and store of bf16 data is one
-//   16-byte access (e4m3 data: one 8-byte access), consecutive lanes touch consecutive addresses,
-//   so warps issue fully coalesced 512-byte requests.
-// * No per-block lane limit: a head is HD/8 consecutive items starting at a multiple of HD/8, and
-//   HD/8 (8, 16 or 32) divides 32, so every head lies inside one aligned group of HD/8 lanes of a
-//   warp whatever DQ, DKV and T are (a warp may span two tokens or two roles; reductions never mix
-//   them). RMSNorm sums are an xor butterfly over that group; MXFP8 block maxima an xor butterfly
-//   over the aligned 4-lane group holding one 32-channel block. Any DQ, DKV up to 16384 works.
-// * 256-thread blocks, no shared memory, low register count: full occupancy (8 blocks / 2048
-//   threads per SM) keeps ~32 KB of 16-byte loads in flight per SM, which covers the HBM latency-
-//   bandwidth product on the H200 for large T. Each k/v thread also issues its W-1 history loads
-//   (previous rows of the same sequence — L2 hits — or conv-cache rows) together with its own row
-//   before first use, so loads overlap within a thread too.
-// * Small T (a verify step: T = 4…256): the whole call is a handful of dependent memory round trips
-//   (metadata → history → compute → stores). Flattening (token, vector) spreads even T = 4 over
-//   several blocks (TP8: 640 items → 3 blocks; TP1: 5120 items → 20 blocks), so no block loops and
-//   nothing is serialised; the critical path is one pass. One block per token would idle most of a
-//   block at HD=64 geometries and would need a loop for DQ + 2*DKV > 8192.
+// * Threads per token, in two role regions each padded to whole warps (TokenLayout below):
+//     q threads:   HQ*HD/8/QV, QV = 4 (HQ % 4 == 0, whole warps) else 2 else 1 q vectors per thread;
+//                  thread i owns channel (i % (HD/8))*8 of heads i/(HD/8) + j*HQ/QV, j < QV;
+//     k/v threads: HKV*HD/8 k threads then HKV*HD/8 v threads, one 8-channel vector each.
+//   Every warp therefore serves a single token and a single role: shuffles are full-warp, and a
+//   head is an aligned group of HD/8 (8, 16 or 32) lanes — reductions never cross heads. There is
+//   no per-block lane limit: tokens are laid out flat over the grid, any DQ, DKV <= 16384 works
+//   (Inkling TP1, HQ=64 HKV=8: 256 + 256 threads per token).
+// * Every bf16 access is one 16-byte vector (e4m3 data: 8 bytes), consecutive lanes at consecutive
+//   addresses: fully coalesced. A q thread has QV independent 16-byte row loads in flight; a k/v
+//   thread its own row plus W-1 history loads (earlier rows of the sequence — L2 hits — or
+//   conv-cache rows) plus the weight vectors, all issued before first use. Metadata loads that do
+//   not depend on each other (index and mask, gamma, tau, loc) are issued together, so history waits
+//   for one round trip (verify, decode) or two (extend: seq_of_token, then the sequence's entries).
+// * Why QV = 4: with one vector per thread, the q threads (80% of Inkling TP8's bytes) carried one
+//   load each and the kernel reached 68% of copy bandwidth at T = 65536; four per thread, same
+//   register budget, reached 88%. Why 128-thread blocks: at 64 registers, 8 blocks of 128 fit per
+//   SM; a small block retires as soon as its two tokens are done (q warps do not wait for slow k/v
+//   warps of many other tokens), and small T spreads over more SMs. Measured 128 vs 256: equal or
+//   better everywhere (up to 12% on small-T MXFP8). Capping registers below 64 spills.
+// * Small T (a verify step, T = 4…256): the call is a few dependent memory round trips; one thread
+//   per vector with no loop keeps the critical path at one pass, and even T = 4 covers several
+//   blocks (TP8: 4 tokens x 64 threads = 2 blocks; TP1: 16 blocks).
 // * PDL: the kernels execute `griddepcontrol.wait` before their first global read and
 //   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
 //   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.
 //
+// Measured on one H200 (this file's design, CUDA graph replay for small T; bytes = unique bytes
+// read + written; device-to-device copy 4.2 TB/s), Inkling TP8 geometry HQ=8 HKV=1 HD=128 W=4:
+//   verify q=4, T = 4 … 256:  bf16 store 1.95–2.32 us per call, MXFP8 store + tau 2.45–2.65 us
+//   verify q=4, T = 65536:    bf16 134 us (3.70 TB/s, 88%), MXFP8 138 us (3.02 TB/s, 71%)
+//   decode, T = 65536, bf16:  145 us (3.94 TB/s, 93%)
+//   extend 16 x 4096, MXFP8:  124 us (2.33 TB/s incl. trailing update)
+//   TP1 (HQ=64 HKV=8): verify MXFP8 T=64 3.15 us; T=16384 258 us (3.20 TB/s, 76%);
+//                      extend bf16 4 x 4096: 195 us (3.79 TB/s, 90%)
+// bf16 and MXFP8 take the same time per token: MXFP8 moves fewer bytes, and the limit is the
+// per-token latency chain at the occupancy 64 registers allow, not the encode arithmetic.
+//
 // Numerics (spec §1.5/§1.6): f32 arithmetic; conv accumulated tap 0 … tap W-2 then the current
 // token, each step one fused multiply-add; bf16 rounding points exactly: q after norm, q after tau,
 // k conv output before its norm, k after norm, v after conv. MXFP8 (§1.7) encodes those bf16 values
-// with an exact E8M0 exponent derived from the bits of amax/448 (no log2).
+// with the exact E8M0 exponent of common.cuh (no log2).
 //
 // ================================================================================================
 // Launch shape (the Rust side mirrors these exactly)
 // ================================================================================================
 //
 // inkling_prologue_kernel<VARIANT, HD, HQ, HKV, W, SILU, RESIDUAL, STORE, PAGE, Q_OFF, K_OFF, V_OFF>:
-//     VECS       = HQ*HD/8 + 2*HKV*HD/8                 (16-byte vectors per token)
-//     block      = (256, 1, 1) threads
-//     grid       = (ceil(T * VECS / 256), 1, 1)         (T >= 1; do not launch for T == 0)
+//     Q_VECS  = HQ*HD/8,  KV_VECS = HKV*HD/8
+//     QV      = 4 if HQ % 4 == 0 and (Q_VECS/4) % 32 == 0
+//               else 2 if HQ % 2 == 0 and (Q_VECS/2) % 32 == 0
+//               else 4 if HQ % 4 == 0 else 2 if HQ % 2 == 0 else 1
+//     TOKEN_THREADS = roundup(Q_VECS/QV, 32) + roundup(2*KV_VECS, 32)
+//     block   = (128, 1, 1) threads
+//     grid    = (ceil(T * TOKEN_THREADS / 128), 1, 1)         (T >= 1; do not launch for T == 0)
 //     dynamic shared memory = 0 bytes
+//   e.g. Inkling TP8 (HD=128, HQ=8, HKV=1): TOKEN_THREADS = 32 + 32 = 64, grid = ceil(T/2);
+//        SWA TP8 (HQ=8, HKV=2): 32 + 64 = 96; TP1 (HQ=64, HKV=8): 256 + 256 = 512;
+//        HD=64, HQ=8, HKV=1: QV = 2, 32 + 32 = 64.
 //
 // inkling_conv_state_update_kernel<HD, HKV, W, K_OFF, V_OFF>   (extend only, after the main kernel,
 // same stream):
-//     block      = (256, 1, 1) threads
-//     grid       = (ceil(B * 2 * HKV*HD/8 / 256), 1, 1) (B >= 1; do not launch for B == 0)
+//     block   = (256, 1, 1) threads
+//     grid    = (ceil(B * 2 * HKV*HD/8 / 256), 1, 1)          (B >= 1; do not launch for B == 0)
 //     dynamic shared memory = 0 bytes
 //
 // Bad-index counting (p.bad_index_count, when not null). Main kernel: each token adds one per kind
 // of out-of-range index it had to skip (loc; cache_indices of its sequence/token; extend
-// seq_of_token or cu_seqlens[seq]; decode track_indices). Trailing kernel: each sequence adds one
-// per bad cache_indices / cu_seqlens pair / track_dst, and one per bad track_rows entry.
+// seq_of_token or cu_seqlens[seq] (also cu_seqlens[seq] > t); decode track_indices). Trailing
+// kernel: each sequence adds one per bad cache_indices, bad cu_seqlens pair, bad track_dst, and one
+// per bad track_rows entry (a tracked window with any bad row or a bad destination is not written).
 
 // Parameters of one launch. Mirrored field by field (same order, same C types) by
 // `PrologueParams` in src/ops/prologue/cuda.rs: change both together.
@@ -121,7 +143,7 @@ struct ConvStateUpdateParams {
 };
 
 
-constexpr int kPrologueThreads = 256;       // threads per block, main kernel
+constexpr int kPrologueThreads = 128;       // threads per block, main kernel
 constexpr int kConvUpdateThreads = 256;     // threads per block, extend trailing update
 
 constexpr int kVariantVerify = 0;
@@ -166,21 +188,29 @@ __device__ __forceinline__ Bf16x8 pack_bf16x8(const float (&f)[8]) {
     return v;
 }
 
-// Sum over an aligned group of GROUP lanes (power of two <= 32). `lanes` names the lanes of the
-// warp that execute this call together (a role's lanes); each group lies inside it.
+// Sum over an aligned group of GROUP lanes (power of two <= 32). Every lane of the warp calls it
+// (warps are role-uniform, see the launch shape), so the shuffles use the full mask.
 template <int GROUP>
-__device__ __forceinline__ float group_sum(float v, u32 lanes) {
+__device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
-    for (int m = 1; m < GROUP; m <<= 1) v += __shfl_xor_sync(lanes, v, m);
+    for (int m = 1; m < GROUP; m <<= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
     return v;
 }
 
 // Max over an aligned group of GROUP lanes (fmaxf: NaN inputs are dropped).
 template <int GROUP>
-__device__ __forceinline__ float group_max(float v, u32 lanes) {
+__device__ __forceinline__ float group_max(float v) {
 #pragma unroll
-    for (int m = 1; m < GROUP; m <<= 1) v = fmaxf(v, __shfl_xor_sync(lanes, v, m));
+    for (int m = 1; m < GROUP; m <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
+}
+
+// 1 / sqrt(sum_sq / HD + eps) with IEEE operations only (no FMA contraction, correctly rounded
+// square root and division), so the CPU reference computes the same f32 and the bf16 outputs, and
+// hence the MXFP8 bytes, agree bit for bit. HD is a power of two: the scaling by 1/HD is exact.
+template <int HD>
+__device__ __forceinline__ float inverse_rms(float sum_sq, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fmul_rn(sum_sq, 1.0f / HD), eps)));
 }
 
 __device__ __forceinline__ void grid_dependency_wait() {
@@ -217,16 +247,16 @@ __device__ __forceinline__ u64 mxfp8_encode8(const float (&x)[8], u32 scale_byte
 
 // MXFP8 of one 8-channel lane whose 4-lane group is one 32-channel block: the lane's e4m3 bytes,
 // and, in lanes whose channel is a multiple of 128 (head start), the head's 4 scale bytes packed
-// into one word (block 0 in the low byte). All `lanes` call together (shuffles); head = 16 lanes.
-__device__ __forceinline__ u64 mxfp8_encode_lane(const float (&x)[8], u32 lanes, u32& head_scale_word) {
+// into one word (block 0 in the low byte). Every lane of the warp calls it (shuffles); head = 16 lanes.
+__device__ __forceinline__ u64 mxfp8_encode_lane(const float (&x)[8], u32& head_scale_word) {
     float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(x[c]));
-    amax = group_max<4>(amax, lanes);
+    amax = group_max<4>(amax);
     const u32 scale_byte = mxfp8_scale_byte(amax);  // common.cuh: exact, max'ed with 1e-30
-    const u32 b1 = __shfl_down_sync(lanes, scale_byte, 4);
-    const u32 b2 = __shfl_down_sync(lanes, scale_byte, 8);
-    const u32 b3 = __shfl_down_sync(lanes, scale_byte, 12);
+    const u32 b1 = __shfl_down_sync(0xffffffffu, scale_byte, 4);
+    const u32 b2 = __shfl_down_sync(0xffffffffu, scale_byte, 8);
+    const u32 b3 = __shfl_down_sync(0xffffffffu, scale_byte, 12);
     head_scale_word = scale_byte | (b1 << 8) | (b2 << 16) | (b3 << 24);
     return mxfp8_encode8(x, scale_byte);
 }
@@ -302,8 +332,10 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
             if (counter_lane) count_bad_index(p.bad_index_count);
             return h;  // bad slot: no history
         }
-        h.gate = mask;  // not AND-ed with validity (spec): padding with mask set reads slot 0
-        h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
+        // History only from a real slot: a padding sequence (-1) never reads another's state
+        // (sglang's kernel reads slot 0 there; its outputs for padding are discarded anyway).
+        h.gate = mask && slot_ok;
+        h.read_slot = slot_ok ? (i64)raw_slot : -1;
     } else {
         const i32 raw_slot = p.cache_indices[t];
         const bool mask = p.cache_mask[t] != 0;
@@ -314,8 +346,10 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
             if (counter_lane) count_bad_index(p.bad_index_count);
             return h;
         }
-        h.gate = mask;
-        h.read_slot = slot_ok ? (i64)raw_slot : (p.conv_slots > 0 ? 0 : -1);
+        // As for extend: padding tokens read no history, so they cannot race with the valid
+        // token that updates slot 0 in the same launch.
+        h.gate = mask && slot_ok;
+        h.read_slot = slot_ok ? (i64)raw_slot : -1;
         if (slot_ok) {
             h.window_slot = raw_slot;
             if (track) {
@@ -331,22 +365,34 @@ __device__ __forceinline__ ConvHistory resolve_history(const PrologueParams& p, 
     return h;
 }
 
-// q vectors handled by one q thread: the largest of 4, 2, 1 dividing HQ. Thread i of a token's q
-// threads owns channel (i % HEAD_LANES)*8 of heads i / HEAD_LANES + j * HQ/QV, j < QV: four
-// independent 16-byte loads in flight per q thread, and lane groups still cover whole heads.
-template <int HQ>
-struct QVectorsPerThread {
-    static constexpr int value = (HQ % 4 == 0) ? 4 : ((HQ % 2 == 0) ? 2 : 1);
+// Thread layout of one token (all counts are multiples of 32, so every warp serves one token and
+// one role: q warps, then k/v warps; shuffles never cross roles and need no partial masks).
+// QV = q vectors per q thread: the largest of 4, 2, 1 that divides HQ and leaves a whole number of
+// warps of q threads (else the largest dividing HQ, padded). Thread i of a token's q threads owns
+// channel (i % HEAD_LANES)*8 of heads i / HEAD_LANES + j * HQ/QV, j < QV: QV independent 16-byte
+// loads in flight per q thread, and each aligned group of HEAD_LANES lanes still covers whole heads.
+template <int HD, int HQ, int HKV>
+struct TokenLayout {
+    static constexpr int Q_VECS = HQ * HD / 8;
+    static constexpr int KV_VECS = HKV * HD / 8;
+    static constexpr bool FITS4 = HQ % 4 == 0 && (Q_VECS / 4) % 32 == 0;
+    static constexpr bool FITS2 = HQ % 2 == 0 && (Q_VECS / 2) % 32 == 0;
+    static constexpr int QV = FITS4 ? 4 : (FITS2 ? 2 : (HQ % 4 == 0 ? 4 : (HQ % 2 == 0 ? 2 : 1)));
+    static constexpr int Q_THREADS = ((Q_VECS / QV + 31) / 32) * 32;      // q threads per token (padded)
+    static constexpr int KV_THREADS = ((2 * KV_VECS + 31) / 32) * 32;     // k then v threads per token (padded)
+    static constexpr int TOKEN_THREADS = Q_THREADS + KV_THREADS;
 };
 
-// q role: RMSNorm (+ tau) of QV head vectors, then bf16 or MXFP8 output. `lanes`: the q lanes of
-// this warp (shuffle partners). Inactive lanes (past the last token) run the shuffles only.
+// q role: RMSNorm (+ tau) of QV head vectors, then bf16 or MXFP8 output. Called by whole warps;
+// inactive lanes (padding, or past the last token) run the shuffles only.
 template <int HD, int HQ, int STORE, int Q_OFF>
-__device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool active, int t, int q_thread, u32 lanes) {
-    constexpr int QV = QVectorsPerThread<HQ>::value;
+__device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool active, int t, int q_thread) {
+    constexpr int QV = TokenLayout<HD, HQ, 1>::QV;
+    constexpr int Q_WORK = TokenLayout<HD, HQ, 1>::Q_VECS / QV;   // q threads with work (rest: padding)
     constexpr int HEAD_LANES = HD / 8;
     constexpr int HEAD_STRIDE = HQ / QV;                         // heads between a thread's vectors
     constexpr int DQ = HQ * HD;
+    if (q_thread >= Q_WORK) active = false;
     const int head_group = q_thread / HEAD_LANES;
     const int head_ch = (q_thread % HEAD_LANES) * 8;             // channel within the head
     const bf16_t* const x_base = p.qkvr + (i64)t * p.qkvr_row_stride + Q_OFF + head_group * HD + head_ch;
@@ -375,11 +421,11 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
         }
     }
 #pragma unroll
-    for (int j = 0; j < QV; ++j) sum_sq[j] = group_sum<HEAD_LANES>(sum_sq[j], lanes);
+    for (int j = 0; j < QV; ++j) sum_sq[j] = group_sum<HEAD_LANES>(sum_sq[j]);
 
 #pragma unroll
     for (int j = 0; j < QV; ++j) {
-        const float inv_rms = rsqrtf(sum_sq[j] * (1.0f / HD) + p.eps);
+        const float inv_rms = inverse_rms<HD>(sum_sq[j], p.eps);
         float out[8];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
@@ -392,7 +438,7 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
             if (active) store_bf16x8(static_cast<bf16_t*>(p.q_out) + out_index, pack_bf16x8(out));
         } else {
             u32 head_scale_word;
-            const u64 e4m3_bytes = mxfp8_encode_lane(out, lanes, head_scale_word);
+            const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);
             if (active) {
                 *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + out_index) = e4m3_bytes;
                 if (head_ch == 0) {
@@ -405,13 +451,15 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
 }
 
 // k or v role: depthwise conv over (history, current), SiLU/residual, k RMSNorm, outputs, KV
-// store, verify windows / decode state update. `lanes`: the k/v lanes of this warp.
+// store, verify windows / decode state update. Called by whole warps; inactive lanes (padding, or
+// past the last token) run the shuffles only.
 template <int VARIANT, int HD, int HKV, int W, bool SILU, bool RESIDUAL, int STORE, int PAGE, int K_OFF, int V_OFF>
-__device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool active, int t, int kv_thread, u32 lanes) {
+__device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool active, int t, int kv_thread) {
     constexpr int DKV = HKV * HD;
     constexpr int KV_VECS = DKV / 8;
     constexpr int HEAD_LANES = HD / 8;
     constexpr int K = W - 1;                                      // history taps
+    if (kv_thread >= 2 * KV_VECS) active = false;                // padding lanes
     const bool is_v = kv_thread >= KV_VECS;
     const int ch = (is_v ? kv_thread - KV_VECS : kv_thread) * 8;  // channel in [0, DKV)
     const int head_ch = ch % HD;
@@ -490,10 +538,10 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
     }
 
     // k RMSNorm over the head (v lanes take part in the shuffles and ignore the result).
-    sum_sq = group_sum<HEAD_LANES>(sum_sq, lanes);
+    sum_sq = group_sum<HEAD_LANES>(sum_sq);
     float out[8];
     if (!is_v) {
-        const float inv_rms = rsqrtf(sum_sq * (1.0f / HD) + p.eps);
+        const float inv_rms = inverse_rms<HD>(sum_sq, p.eps);
 #pragma unroll
         for (int c = 0; c < 8; ++c) out[c] = round_bf16(value[c] * inv_rms * bf16x8_channel(gamma, c));
     } else {
@@ -510,7 +558,7 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
     }
     if (STORE == kStoreMxfp8) {
         u32 head_scale_word;
-        const u64 e4m3_bytes = mxfp8_encode_lane(out, lanes, head_scale_word);
+        const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);
         if (active && store_slot >= 0) {
             *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = e4m3_bytes;
             if (head_ch == 0) {
@@ -559,9 +607,8 @@ __global__ void __launch_bounds__(kPrologueThreads)
     static_assert(STORE != kStoreMxfp8 || (PAGE > 0 && PAGE % 32 == 0), "MXFP8 page size must be a multiple of 32");
     static_assert(Q_OFF % 8 == 0 && K_OFF % 8 == 0 && V_OFF % 8 == 0, "qkvr offsets must be multiples of 8");
 
-    constexpr int Q_THREADS = HQ * HD / 8 / QVectorsPerThread<HQ>::value;  // q threads per token
-    constexpr int KV_VECS = HKV * HD / 8;                                 // k (and v) threads per token
-    constexpr int TOKEN_THREADS = Q_THREADS + 2 * KV_VECS;                // threads per token
+    using Layout = TokenLayout<HD, HQ, HKV>;
+    constexpr int TOKEN_THREADS = Layout::TOKEN_THREADS;  // threads per token, a multiple of 32
 
     // Flat thread index -> (token, thread within token); 32-bit division when it fits.
     const u64 item = (u64)blockIdx.x * kPrologueThreads + threadIdx.x;
@@ -577,15 +624,13 @@ __global__ void __launch_bounds__(kPrologueThreads)
         within = (u32)(item - (u64)t * TOKEN_THREADS);
     }
     if (!active) t = 0;
-    const bool is_q = within < Q_THREADS;
-    const u32 q_lanes = __ballot_sync(0xffffffffu, is_q);
 
     grid_dependency_wait();
 
-    if (is_q) {
-        prologue_q_lane<HD, HQ, STORE, Q_OFF>(p, active, (int)t, (int)within, q_lanes);
+    if (within < (u32)Layout::Q_THREADS) {  // warp-uniform
+        prologue_q_lane<HD, HQ, STORE, Q_OFF>(p, active, (int)t, (int)within);
     } else {
-        prologue_kv_lane<VARIANT, HD, HKV, W, SILU, RESIDUAL, STORE, PAGE, K_OFF, V_OFF>(p, active, (int)t, (int)within - Q_THREADS, ~q_lanes);
+        prologue_kv_lane<VARIANT, HD, HKV, W, SILU, RESIDUAL, STORE, PAGE, K_OFF, V_OFF>(p, active, (int)t, (int)within - Layout::Q_THREADS);
     }
 
     grid_dependents_launch();

@@ -24,23 +24,23 @@ impl RunPrologue for Cpu {
 /// Channels per lane: one 16-byte vector of bf16.
 const LANE: usize = 8;
 
-/// `1 / sqrt(sum / n + eps)` of a head whose values are `x`, summed as the kernel does:
-/// per 8-channel lane with fused multiply-adds, then an xor butterfly over the head's lanes
-/// (masks from half the lane count down to 1).
+/// `1 / sqrt(sum / n + eps)` of a head whose values are `x`, summed as the kernel does: per
+/// 8-channel lane with fused multiply-adds, then an xor butterfly over the head's lanes (masks
+/// 1, 2, 4, …), then IEEE scaling, square root and division.
 pub fn head_rms_inverse(x: &[f32], eps: f32) -> f32 {
     let mut lanes: Vec<f32> = x
         .chunks_exact(LANE)
         .map(|v| v.iter().fold(0.0f32, |acc, &e| e.mul_add(e, acc)))
         .collect();
-    let mut mask = lanes.len() / 2;
-    while mask > 0 {
+    let mut mask = 1;
+    while mask < lanes.len() {
         let prev = lanes.clone();
         for (l, v) in lanes.iter_mut().enumerate() {
             *v = prev[l] + prev[l ^ mask];
         }
-        mask /= 2;
+        mask *= 2;
     }
-    1.0 / (lanes[0] / x.len() as f32 + eps).sqrt()
+    1.0 / (lanes[0] * (1.0 / x.len() as f32) + eps).sqrt()
 }
 
 /// Where one token's conv history comes from.
@@ -54,6 +54,8 @@ struct TokenContext {
     slot: Option<usize>,
     /// Whether cached history is read (otherwise it is zeros).
     gate: bool,
+    /// Whether the token may be scattered into the KV pool.
+    store: bool,
 }
 
 struct Inputs<'a> {
@@ -118,7 +120,8 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
         }
     };
 
-    // Per-token context; None = the token is skipped (its sequence metadata is out of range).
+    // Per-token context. A token whose sequence metadata is out of range is computed without
+    // history and not stored (the kernel's device guard).
     let contexts: Vec<Option<TokenContext>> = (0..tokens)
         .map(|t| match &variant {
             VariantArgs::Verify { draft_tokens, .. } => {
@@ -129,6 +132,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                     bos: seq * draft_tokens,
                     slot,
                     gate: slot.is_some() && cache_mask[seq] != 0,
+                    store: true,
                 })
             }
             VariantArgs::Extend {
@@ -136,22 +140,31 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                 seq_of_token,
                 ..
             } => {
-                let seq = seq_of_token[t];
-                let ok = seq >= 0 && (seq as usize) < seqs && {
-                    let (bos, eos) = (cu_seqlens[seq as usize], cu_seqlens[seq as usize + 1]);
-                    0 <= bos && bos <= t as i64 && (t as i64) < eos && eos <= tokens as i64
+                let unresolved = TokenContext {
+                    seq: usize::MAX,
+                    bos: t,
+                    slot: None,
+                    gate: false,
+                    store: false,
                 };
-                if !ok {
+                let seq = seq_of_token[t];
+                if seq < 0 || seq as usize >= seqs {
                     bad += 1;
-                    return None;
+                    return Some(unresolved);
                 }
                 let seq = seq as usize;
+                let bos = cu_seqlens[seq];
+                if bos < 0 || bos > t as i64 {
+                    bad += 1;
+                    return Some(unresolved);
+                }
                 let slot = slot_of(cache_indices[seq], &mut bad);
                 Some(TokenContext {
                     seq,
-                    bos: cu_seqlens[seq] as usize,
+                    bos: bos as usize,
                     slot,
                     gate: slot.is_some() && cache_mask[seq] != 0,
+                    store: true,
                 })
             }
             VariantArgs::Decode { .. } => {
@@ -161,6 +174,8 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                     bos: t,
                     slot,
                     gate: slot.is_some() && cache_mask[t] != 0,
+                    // decode stores only tokens with a slot
+                    store: slot.is_some(),
                 })
             }
         })
@@ -223,23 +238,27 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
     }
 
     // KV store at `loc`: verify and extend store every token, decode only tokens with a slot.
-    let is_decode = matches!(variant, VariantArgs::Decode { .. });
+    // A `loc` beyond the pool is counted for every token, stored or not (as the kernel does).
     let mut kv = kv;
+    let slots = match &kv {
+        KvTarget::None => None,
+        KvTarget::Bf16 { slots, .. } | KvTarget::Mxfp8 { slots, .. } => Some(*slots),
+    };
     for (t, out) in results.iter().enumerate() {
-        let (Some(out), Some(ctx)) = (out, contexts[t]) else {
+        let (Some(out), Some(ctx), Some(slots)) = (out, contexts[t], slots) else {
             continue;
         };
-        if loc[t] < 0 || (is_decode && ctx.slot.is_none()) {
+        if loc[t] >= slots as i64 {
+            bad += 1;
+            continue;
+        }
+        if loc[t] < 0 || !ctx.store {
             continue;
         }
         let slot = loc[t] as usize;
         match &mut kv {
             KvTarget::None => {}
-            KvTarget::Bf16 { k, v, slots } => {
-                if slot >= *slots {
-                    bad += 1;
-                    continue;
-                }
+            KvTarget::Bf16 { k, v, .. } => {
                 for c in 0..dkv {
                     k[kv_data_offset(slot, c, dkv)] = bf16::from_f32(out.k[c]);
                     v[kv_data_offset(slot, c, dkv)] = bf16::from_f32(out.v[c]);
@@ -250,12 +269,8 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                 v,
                 k_scales,
                 v_scales,
-                slots,
+                ..
             } => {
-                if slot >= *slots {
-                    bad += 1;
-                    continue;
-                }
                 for (row, data, planes) in [
                     (&out.k, &mut **k, &mut **k_scales),
                     (&out.v, &mut **v, &mut **v_scales),
@@ -356,14 +371,17 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
             let row_of = |r: i64| (r >= 0 && (r as usize) < tokens).then_some(r as usize);
             if *update_conv_state {
                 for b in 0..seqs {
-                    let (bos, eos) = (cu_seqlens[b], cu_seqlens[b + 1]);
-                    if !(0 <= bos && bos <= eos && eos <= tokens as i64) {
-                        bad += 1;
+                    if cache_indices[b] == -1 {
                         continue;
                     }
                     let Some(slot) = slot_of(cache_indices[b], &mut bad) else {
                         continue;
                     };
+                    let (bos, eos) = (cu_seqlens[b], cu_seqlens[b + 1]);
+                    if !(0 <= bos && bos <= eos && eos <= tokens as i64) {
+                        bad += 1;
+                        continue;
+                    }
                     let qlen = (eos - bos) as usize;
                     if qlen == 0 {
                         continue;
@@ -391,13 +409,17 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                         continue;
                     }
                     let d = dst[b];
-                    let window_rows: Option<Vec<usize>> = (0..history)
+                    // Each bad row counts, and a bad destination counts once more.
+                    let window_rows: Vec<Option<usize>> = (0..history)
                         .map(|w| row_of(rows[b * history + w]))
                         .collect();
-                    let (Some(window_rows), true) =
-                        (window_rows, d >= 0 && (d as usize) < conv_slots)
-                    else {
+                    bad += window_rows.iter().filter(|r| r.is_none()).count() as u32;
+                    if d < 0 || d as usize >= conv_slots {
                         bad += 1;
+                        continue;
+                    }
+                    let Some(window_rows) = window_rows.into_iter().collect::<Option<Vec<usize>>>()
+                    else {
                         continue;
                     };
                     let d = d as usize;

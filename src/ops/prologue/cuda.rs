@@ -141,23 +141,49 @@ impl<const HD: usize, const DKV: usize, L: QkvrLayout, C: ConvSpec> CudaKernel
     }
 }
 
-/// Launch shape of the main kernel (mirrors the formulas at the top of the kernel source).
+/// Threads per block of the main kernel (`kPrologueThreads`).
+const PROLOGUE_THREADS: usize = 128;
+/// Threads per block of the trailing update (`kConvUpdateThreads`).
+const UPDATE_THREADS: usize = 256;
+
+/// Threads one token occupies (`TokenLayout::TOKEN_THREADS` of the kernel): the q vectors
+/// spread `QV` per thread, the k and v vectors one per thread, each role padded to whole warps.
+pub const fn token_threads(st: &PrologueStatics) -> usize {
+    let q_vecs = st.hq * st.hd / 8;
+    let kv_vecs = st.hkv * st.hd / 8;
+    let fits4 = st.hq % 4 == 0 && (q_vecs / 4) % 32 == 0;
+    let fits2 = st.hq % 2 == 0 && (q_vecs / 2) % 32 == 0;
+    let qv = if fits4 {
+        4
+    } else if fits2 {
+        2
+    } else if st.hq % 4 == 0 {
+        4
+    } else if st.hq % 2 == 0 {
+        2
+    } else {
+        1
+    };
+    (q_vecs / qv).next_multiple_of(32) + (2 * kv_vecs).next_multiple_of(32)
+}
+
+/// Launch shape of the main kernel: tokens laid out flat, `token_threads` each, in 128-thread
+/// blocks (mirrors the formulas at the top of the kernel source).
 pub fn prologue_launch_shape(st: &PrologueStatics, tokens: usize) -> LaunchShape {
-    let lanes = st.dq() / 8 + 2 * st.dkv() / 8; // one thread per 8-channel vector
-    let threads = lanes.next_multiple_of(32).min(512) as u32;
+    let blocks = (tokens * token_threads(st)).div_ceil(PROLOGUE_THREADS);
     LaunchShape {
-        grid: (tokens as u32, 1, 1),
-        block: (threads, 1, 1),
+        grid: (blocks as u32, 1, 1),
+        block: (PROLOGUE_THREADS as u32, 1, 1),
         smem_bytes: 0,
     }
 }
 
-/// Launch shape of the trailing update: 256-thread blocks over `B · 2 · DKV/8` items.
+/// Launch shape of the trailing update: one thread per (sequence, k/v, 8-channel vector).
 pub fn update_launch_shape(st: &PrologueStatics, seqs: usize) -> LaunchShape {
     let items = seqs * 2 * st.dkv() / 8;
     LaunchShape {
-        grid: (items.div_ceil(256).max(1) as u32, 1, 1),
-        block: (256, 1, 1),
+        grid: (items.div_ceil(UPDATE_THREADS) as u32, 1, 1),
+        block: (UPDATE_THREADS as u32, 1, 1),
         smem_bytes: 0,
     }
 }
@@ -267,7 +293,7 @@ impl RunPrologue for Cuda {
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
         unsafe { self.launch::<K>(prologue_launch_shape(&st, call.tokens), &p)? };
-        if let Some(u) = update {
+        if let Some(u) = update.filter(|_| call.seqs > 0) {
             // SAFETY: as above; the update reads the same tied buffers.
             unsafe { self.launch::<K::Update>(update_launch_shape(&st, call.seqs), &u)? };
         }

@@ -14,10 +14,12 @@ mod cpu;
 mod cuda;
 
 pub use args::{
-    ConvState, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch, ExtendTrack, PrologueWeights,
-    VerifyBatch, VerifyWindows,
+    ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
+    ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
 };
-pub use call::{DecodeTrackRef, ExtendTrackRef, KvTarget, PrologueCall, QTarget, VariantArgs};
+pub use call::{
+    DecodeTrackRef, ExtendTrackRef, KvCacheTarget, KvTarget, PrologueCall, QTarget, VariantArgs,
+};
 pub use cuda::{ConvStateUpdateKernel, PrologueKernel};
 
 use std::marker::PhantomData;

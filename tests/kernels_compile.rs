@@ -1,0 +1,79 @@
+//! Every kernel instantiation the crate, its tests and its examples use compiles with NVRTC
+//! for sm_90a. Needs libnvrtc.so.13 (no GPU); compiled only with `--features nvrtc-tests`, and
+//! fails, never skips, when NVRTC cannot be loaded.
+#![cfg(feature = "nvrtc-tests")]
+
+use shapeproof::backend::cuda::{Arch, CudaKernel, compile_kernel};
+use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
+use shapeproof::ops::prologue::*;
+use shapeproof::ops::sparse_mla::{Plain, SparseMlaKernel, WithLength, WithLengthAndSink};
+
+fn compiles<K: CudaKernel>() {
+    let name = K::instantiation();
+    let compiled =
+        compile_kernel(K::SOURCE, &name, Arch::Sm90a).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(!compiled.cubin.is_empty(), "{name}: empty cubin");
+    assert!(
+        compiled.cubin.starts_with(b"\x7fELF"),
+        "{name}: not an ELF cubin"
+    );
+}
+
+/// Every prologue variant of one geometry, with its trailing update.
+fn prologue_variants<
+    S: Store,
+    const HD: usize,
+    const DQ: usize,
+    const DKV: usize,
+    L: QkvrLayout,
+>() {
+    compiles::<Prologue<Verify, S, HD, DQ, DKV, L, InklingConv>>();
+    compiles::<Prologue<Extend, S, HD, DQ, DKV, L, InklingConv>>();
+    compiles::<Prologue<Decode, S, HD, DQ, DKV, L, InklingConv>>();
+    compiles::<ConvStateUpdateKernel<HD, DKV, L, InklingConv>>();
+}
+
+#[test]
+fn mxfp8_quantize() {
+    compiles::<Mxfp8QuantizeKernel<128>>();
+    compiles::<Mxfp8QuantizeKernel<256>>();
+    compiles::<Mxfp8QuantizeKernel<1024>>();
+}
+
+#[test]
+fn prologue() {
+    // Inkling TP8 global and SWA, TP4, TP2, TP1 (beyond sglang's per-block limit).
+    prologue_variants::<Mxfp8Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 2048, 256, PackedRow<2816, 0, 2048, 2304>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 4096, 512, PackedRow<5632, 0, 4096, 4608>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 8192, 1024, PackedRow<11264, 0, 8192, 9216>>();
+    prologue_variants::<Bf16Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
+    prologue_variants::<Bf16Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>>();
+    prologue_variants::<NoStore, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
+    // Head dims 64 and 256 (bf16 store).
+    prologue_variants::<Bf16Store<32>, 64, 512, 64, PackedRow<640, 0, 512, 576>>();
+    prologue_variants::<Bf16Store<128>, 256, 2048, 256, PackedRow<2560, 0, 2048, 2304>>();
+    // SiLU conv.
+    compiles::<
+        Prologue<
+            Verify,
+            Bf16Store<128>,
+            128,
+            1024,
+            128,
+            PackedRow<1408, 0, 1024, 1152>,
+            Conv<4, true, true>,
+        >,
+    >();
+}
+
+#[test]
+fn sparse_mla() {
+    compiles::<SparseMlaKernel<512, Plain>>();
+    compiles::<SparseMlaKernel<576, Plain>>();
+    compiles::<SparseMlaKernel<512, WithLength>>();
+    compiles::<SparseMlaKernel<576, WithLength>>();
+    compiles::<SparseMlaKernel<512, WithLengthAndSink>>();
+    compiles::<SparseMlaKernel<576, WithLengthAndSink>>();
+}
