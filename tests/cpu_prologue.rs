@@ -91,8 +91,8 @@ fn mxfp8_store_is_bf16_then_encoder() {
                 std::array::from_fn(|i| bf16::from_bits(bf.q[t * 1024 + c0 + i]).to_f32());
             let (scale, q) = mxfp8_encode_block(&block);
             assert_eq!(mx.q_scales[t * 32 + c0 / 32], scale.0);
-            for i in 0..32 {
-                assert_eq!(mx.q[t * 1024 + c0 + i], q[i].to_bits() as u16);
+            for (got, want) in mx.q[t * 1024 + c0..t * 1024 + c0 + 32].iter().zip(q) {
+                assert_eq!(*got, want.to_bits() as u16);
             }
         }
     }
@@ -122,8 +122,11 @@ fn check_store(sc: &Scenario, seen: &Observed) {
             for c0 in (0..dkv).step_by(32) {
                 let block: [f32; 32] = std::array::from_fn(|i| rows[t * dkv + c0 + i].to_f32());
                 let (scale, q) = mxfp8_encode_block(&block);
-                for i in 0..32 {
-                    data[slot * dkv + c0 + i] = q[i].to_bits();
+                for (d, v) in data[slot * dkv + c0..slot * dkv + c0 + 32]
+                    .iter_mut()
+                    .zip(q)
+                {
+                    *d = v.to_bits();
                 }
                 planes[scale_plane_offset(slot, c0, PAGE, hkv)] = scale.0;
             }

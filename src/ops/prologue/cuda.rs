@@ -151,15 +151,15 @@ const UPDATE_THREADS: usize = 256;
 pub const fn token_threads(st: &PrologueStatics) -> usize {
     let q_vecs = st.hq * st.hd / 8;
     let kv_vecs = st.hkv * st.hd / 8;
-    let fits4 = st.hq % 4 == 0 && (q_vecs / 4) % 32 == 0;
-    let fits2 = st.hq % 2 == 0 && (q_vecs / 2) % 32 == 0;
+    let fits4 = st.hq.is_multiple_of(4) && (q_vecs / 4).is_multiple_of(32);
+    let fits2 = st.hq.is_multiple_of(2) && (q_vecs / 2).is_multiple_of(32);
     let qv = if fits4 {
         4
     } else if fits2 {
         2
-    } else if st.hq % 4 == 0 {
+    } else if st.hq.is_multiple_of(4) {
         4
-    } else if st.hq % 2 == 0 {
+    } else if st.hq.is_multiple_of(2) {
         2
     } else {
         1
