@@ -151,6 +151,25 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Plants indices that point outside their buffers: a `loc` beyond the pool, a conv slot
+    /// beyond the cache, an extend token of a nonexistent sequence, a tracked row beyond the
+    /// batch and a tracking destination beyond the cache. The device must skip and count them.
+    pub fn inject_bad_indices(&mut self) {
+        let slots = (self.pages * PAGE) as i64;
+        self.loc[0] = slots + 7;
+        self.cache_indices[0] = self.conv_slots as i32 + 3;
+        if let Shape::Extend { .. } = self.shape {
+            let last = self.tokens - 1;
+            self.seq_of_token[last] = self.seqs as i32 + 2;
+        }
+        self.track_rows[0] = self.tokens as i64 + 5;
+        if self.track_dst.len() > 2 {
+            self.track_dst[2] = self.conv_slots as i64 + 1;
+        }
+    }
+}
+
 /// Everything a call produced or changed, as raw bits.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {

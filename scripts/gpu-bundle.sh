@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
+# runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
+# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|all]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=.gpu
+rm -rf "$out"
+mkdir -p "$out/bin"
+log=$(mktemp)
+{
+    cargo test --release --features gpu-tests --no-run --message-format=json
+    cargo bench --features gpu-tests --no-run --message-format=json
+    cargo build --release --examples --message-format=json
+} 2>/dev/null >"$log"
+python3 - "$log" "$out/bin" <<'PY'
+import json, shutil, sys
+log, dest = sys.argv[1], sys.argv[2]
+for line in open(log):
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    exe = msg.get("executable")
+    if msg.get("reason") != "compiler-artifact" or not exe:
+        continue
+    kinds, name = msg["target"]["kind"], msg["target"]["name"]
+    if "test" in kinds and not name.startswith("gpu_"):
+        continue
+    if "lib" in kinds or "proc-macro" in kinds:
+        continue
+    prefix = "bench_" if "bench" in kinds else ("example_" if "example" in kinds else "")
+    shutil.copy(exe, f"{dest}/{prefix}{name}")
+    print(f"bundled {prefix}{name}")
+PY
+cp scripts/gpu-run.sh "$out/run.sh"
+chmod +x "$out/run.sh"
+rm -f "$log"
+echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

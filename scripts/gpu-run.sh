@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs a bundle made by scripts/gpu-bundle.sh on a machine with an sm_90 GPU and CUDA 13:
+#   run.sh tests      GPU tests (they fail, never skip, without a GPU)
+#   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck
+#   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./)
+#   run.sh examples   the example model ports
+#   run.sh all        all of the above
+# Arguments after the mode go to every test binary (e.g. a test-name filter).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
+export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+mode=${1:-tests}
+shift || true
+status=0
+
+run_tests() {
+    for t in "$here"/bin/gpu_*; do
+        echo "== $(basename "$t")"
+        "$t" --test-threads=1 "$@" || status=1
+    done
+}
+
+sanitize() {
+    local san="$cuda/bin/compute-sanitizer"
+    for tool in memcheck racecheck synccheck; do
+        for t in "$here"/bin/gpu_*; do
+            echo "== $tool $(basename "$t")"
+            "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$t" --test-threads=1 "$@" || status=1
+        done
+    done
+}
+
+bench() {
+    for b in "$here"/bin/bench_*; do
+        echo "== $(basename "$b")"
+        "$b" || status=1
+    done
+}
+
+examples() {
+    for e in "$here"/bin/example_*; do
+        echo "== $(basename "$e")"
+        "$e" || status=1
+    done
+}
+
+case "$mode" in
+    tests) run_tests "$@" ;;
+    sanitize) sanitize "$@" ;;
+    bench) bench ;;
+    examples) examples ;;
+    all) run_tests "$@"; sanitize "$@"; bench; examples ;;
+    *) echo "usage: run.sh [tests|sanitize|bench|examples|all] [test args]" >&2; exit 2 ;;
+esac
+exit $status
