@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::prologue::{Observed, Scenario, Shape, TestCache, TestStore, run, Dispatch};
+use common::prologue::{Dispatch, Observed, Scenario, Shape, TestCache, TestStore, run};
 use shapeproof::backend::{Cpu, Cuda};
 use shapeproof::ops::prologue::*;
 
@@ -18,12 +18,50 @@ fn gpu() -> Cuda {
 fn shapes(with_bad: bool) -> Vec<(&'static str, Shape)> {
     let _ = with_bad;
     vec![
-        ("verify B=1 q=4", Shape::Verify { seqs: 1, draft_tokens: 4 }),
-        ("verify B=13 q=4", Shape::Verify { seqs: 13, draft_tokens: 4 }),
-        ("verify B=64 q=3", Shape::Verify { seqs: 64, draft_tokens: 3 }),
-        ("extend", Shape::Extend { lens: vec![1, 0, 7, 2, 33, 3, 129], track: true, update: true }),
-        ("extend no update", Shape::Extend { lens: vec![5, 9, 1], track: false, update: false }),
-        ("decode", Shape::Decode { tokens: 77, track: true }),
+        (
+            "verify B=1 q=4",
+            Shape::Verify {
+                seqs: 1,
+                draft_tokens: 4,
+            },
+        ),
+        (
+            "verify B=13 q=4",
+            Shape::Verify {
+                seqs: 13,
+                draft_tokens: 4,
+            },
+        ),
+        (
+            "verify B=64 q=3",
+            Shape::Verify {
+                seqs: 64,
+                draft_tokens: 3,
+            },
+        ),
+        (
+            "extend",
+            Shape::Extend {
+                lens: vec![1, 0, 7, 2, 33, 3, 129],
+                track: true,
+                update: true,
+            },
+        ),
+        (
+            "extend no update",
+            Shape::Extend {
+                lens: vec![5, 9, 1],
+                track: false,
+                update: false,
+            },
+        ),
+        (
+            "decode",
+            Shape::Decode {
+                tokens: 77,
+                track: true,
+            },
+        ),
     ]
 }
 
@@ -48,7 +86,10 @@ fn compare(what: &str, gpu: &Observed, cpu: &Observed) {
         .filter(|(_, same)| !same)
         .map(|(name, _)| format!("{name} ({})", first_difference(name, gpu, cpu)))
         .collect();
-    assert!(differing.is_empty(), "{what}: GPU differs from the CPU reference in {differing:?}");
+    assert!(
+        differing.is_empty(),
+        "{what}: GPU differs from the CPU reference in {differing:?}"
+    );
 }
 
 fn bits(v: &[shapeproof::dtype::bf16]) -> Vec<u16> {
@@ -59,13 +100,19 @@ fn first_difference(name: &str, g: &Observed, c: &Observed) -> String {
     let pair = |a: Vec<u64>, b: Vec<u64>| -> String {
         let n = a.iter().zip(&b).filter(|(x, y)| x != y).count();
         match a.iter().zip(&b).position(|(x, y)| x != y) {
-            Some(i) => format!("{n} of {} differ, first at {i}: gpu {:#x} cpu {:#x}", a.len(), a[i], b[i]),
+            Some(i) => format!(
+                "{n} of {} differ, first at {i}: gpu {:#x} cpu {:#x}",
+                a.len(),
+                a[i],
+                b[i]
+            ),
             None => format!("lengths {} vs {}", a.len(), b.len()),
         }
     };
     let w16 = |v: &[u16]| v.iter().map(|&x| x as u64).collect::<Vec<_>>();
     let w8 = |v: &[u8]| v.iter().map(|&x| x as u64).collect::<Vec<_>>();
-    let wb = |v: &[shapeproof::dtype::bf16]| v.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>();
+    let wb =
+        |v: &[shapeproof::dtype::bf16]| v.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>();
     match name {
         "q" => pair(w16(&g.q), w16(&c.q)),
         "q_scales" => pair(w8(&g.q_scales), w8(&c.q_scales)),
@@ -118,9 +165,15 @@ fn check<S, const HD: usize, const DQ: usize, const DKV: usize, L>(
                 };
                 compare(&what, &gpu_seen, &cpu_seen);
                 if with_bad {
-                    assert!(cpu_seen.bad_indices > 0, "{what}: no bad index was injected");
+                    assert!(
+                        cpu_seen.bad_indices > 0,
+                        "{what}: no bad index was injected"
+                    );
                 }
-                eprintln!("ok: {what} (T = {}, bad indices {})", sc.tokens, gpu_seen.bad_indices);
+                eprintln!(
+                    "ok: {what} (T = {}, bad indices {})",
+                    sc.tokens, gpu_seen.bad_indices
+                );
             }
         }
     }

@@ -25,9 +25,15 @@ where
     let x = Tensor::<B, bf16, Cols<D>>::from_host(b, "input", input, rows).unwrap();
     let mut data = Tensor::<B, F8E4M3, Cols<D>>::filled(b, rows, F8E4M3::from_bits(0x7F)).unwrap();
     let mut scales = Tensor::<B, E8M0, BlockScales<D>>::filled(b, rows, E8M0(0xFF)).unwrap();
-    Mxfp8Quantize::<D>::new().run(b, &x, &mut data, &mut scales).unwrap();
+    Mxfp8Quantize::<D>::new()
+        .run(b, &x, &mut data, &mut scales)
+        .unwrap();
     (
-        data.to_host(b).unwrap().iter().map(|v| v.to_bits()).collect(),
+        data.to_host(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
         scales.to_host(b).unwrap().iter().map(|s| s.0).collect(),
     )
 }
@@ -60,7 +66,14 @@ fn mxfp8_quantize_matches_cpu_encoder_bytes() {
     for (i, k) in (-20..20).enumerate() {
         let base = 448.0 * 2f32.powi(k);
         let b = bf16::from_f32(base);
-        for (j, v) in [b, bf16::from_bits(b.to_bits() + 1), bf16::from_bits(b.to_bits() - 1)].into_iter().enumerate() {
+        for (j, v) in [
+            b,
+            bf16::from_bits(b.to_bits() + 1),
+            bf16::from_bits(b.to_bits() - 1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let block = 128 + (3 * i + j) * 32;
             x[D + block] = v;
         }
@@ -70,7 +83,11 @@ fn mxfp8_quantize_matches_cpu_encoder_bytes() {
     let (cd, cs) = quantize::<Cpu, D>(&Cpu, &x, rows);
     let bad_scales = gs.iter().zip(&cs).filter(|(a, b)| a != b).count();
     let bad_data = gd.iter().zip(&cd).filter(|(a, b)| a != b).count();
-    assert_eq!((bad_scales, bad_data), (0, 0), "scale and data bytes differing from the CPU encoder");
+    assert_eq!(
+        (bad_scales, bad_data),
+        (0, 0),
+        "scale and data bytes differing from the CPU encoder"
+    );
 }
 
 /// A second backend instance finds the compiled kernel in the disk cache.
@@ -80,8 +97,13 @@ fn disk_cache_round_trip() {
     // SAFETY: set before any other thread of this test reads the variable.
     unsafe { std::env::set_var("SHAPEPROOF_CACHE_DIR", &dir) };
     let g = gpu();
-    g.precompile::<shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel<256>>().unwrap();
+    g.precompile::<shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel<256>>()
+        .unwrap();
     let files = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
-    assert!(files >= 2, "expected a cubin and its name in {}", dir.display());
+    assert!(
+        files >= 2,
+        "expected a cubin and its name in {}",
+        dir.display()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

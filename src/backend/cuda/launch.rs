@@ -46,8 +46,9 @@ pub(super) struct LoadedKernel {
 }
 
 impl Cuda {
-    /// The loaded function of kernel `K`, compiling and loading it on first use.
-    pub(super) fn kernel<K: CudaKernel>(&self) -> Result<sys::CUfunction> {
+    /// The loaded function of kernel `K`, compiling and loading it on first use (for raw
+    /// driver launches, e.g. a benchmark's baseline or the caller's own graph building).
+    pub fn function<K: CudaKernel>(&self) -> Result<sys::CUfunction> {
         let id = TypeId::of::<K>();
         if let Some(k) = self.loaded.lock().expect("kernel table lock").get(&id) {
             return Ok(k.function.cu_function());
@@ -84,7 +85,7 @@ impl Cuda {
         shape: LaunchShape,
         params: &K::Params,
     ) -> Result<()> {
-        let function = self.kernel::<K>()?;
+        let function = self.function::<K>()?;
         self.ctx.bind_to_thread()?;
         let mut block = *params;
         let mut args = [&mut block as *mut K::Params as *mut c_void];

@@ -94,7 +94,7 @@ impl Cuda {
 
     /// Compiles (or finds in the cache) and loads kernel `K`, ahead of its first launch.
     pub fn precompile<K: CudaKernel>(&self) -> Result<()> {
-        self.kernel::<K>().map(|_| ())
+        self.function::<K>().map(|_| ())
     }
 }
 

@@ -188,115 +188,143 @@ pub fn update_launch_shape(st: &PrologueStatics, seqs: usize) -> LaunchShape {
     }
 }
 
+/// The launches one prologue call makes: the main kernel, and the extend variant's trailing
+/// conv-state update. Built without touching the device, so a caller can replay the parameter
+/// blocks with raw driver launches (the typed launch's benchmark baseline) or in its own graph.
+#[derive(Clone, Copy, Debug)]
+pub struct PrologueLaunch {
+    /// Grid, block and shared memory of the main kernel.
+    pub shape: LaunchShape,
+    /// The main kernel's parameter block.
+    pub params: PrologueParams,
+    /// The trailing update, when the call has one.
+    pub update: Option<(LaunchShape, ConvStateUpdateParams)>,
+}
+
 impl RunPrologue for Cuda {
     fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cuda>) -> Result<()> {
-        let st = K::STATICS;
         if call.tokens == 0 {
             return Ok(());
         }
-        let ptr = |b: &cudarc::driver::CudaSlice<_>| self.ptr(b);
-        let mut p = PrologueParams {
-            qkvr: self.ptr(call.qkvr),
-            qkvr_row_stride: st.row as i64,
-            num_tokens: call.tokens as i32,
-            num_seqs: call.seqs as i32,
-            k_cache: self.ptr(call.k_cache),
-            v_cache: self.ptr(call.v_cache),
-            conv_slots: call.conv_slots as i32,
-            cache_indices: self.ptr(call.cache_indices),
-            cache_mask: self.ptr(call.cache_mask),
-            k_weight: self.ptr(call.k_weight),
-            v_weight: self.ptr(call.v_weight),
-            q_gamma: self.ptr(call.q_gamma),
-            k_gamma: self.ptr(call.k_gamma),
-            eps: call.eps,
-            tau: call.tau.map_or(0, |t| self.ptr(t)),
-            k_out: self.ptr(call.k_out),
-            v_out: self.ptr(call.v_out),
-            loc: self.ptr(call.loc),
-            bad_index_count: call.bad_index_count.as_ref().map_or(0, |c| self.ptr(c)),
-            ..Default::default()
-        };
-        match &call.q {
-            QTarget::Bf16(q) => p.q_out = self.ptr(q),
-            QTarget::Mxfp8 { data, scales } => {
-                p.q_out = self.ptr(data);
-                p.q_scale = self.ptr(scales);
-            }
-        }
-        match &call.kv {
-            KvTarget::None => {}
-            KvTarget::Bf16 { k, v, slots } => {
-                (p.k_buf, p.v_buf, p.kv_slots) = (self.ptr(k), self.ptr(v), *slots as i64);
-            }
-            KvTarget::Mxfp8 {
-                k,
-                v,
-                k_scales,
-                v_scales,
-                slots,
-            } => {
-                (p.k_buf, p.v_buf, p.kv_slots) = (self.ptr(k), self.ptr(v), *slots as i64);
-                (p.sfk, p.sfv) = (self.ptr(k_scales), self.ptr(v_scales));
-            }
-        }
-        let mut update = None;
-        match &call.variant {
-            VariantArgs::Verify {
-                draft_tokens,
-                k_inter,
-                v_inter,
-                capacity,
-            } => {
-                p.draft_tokens = *draft_tokens as i32;
-                (p.k_inter, p.v_inter) = (ptr(k_inter), ptr(v_inter));
-                p.inter_capacity = *capacity as i32;
-            }
-            VariantArgs::Extend {
-                cu_seqlens,
-                seq_of_token,
-                has_initial_state,
-                track,
-                update_conv_state,
-            } => {
-                p.cu_seqlens = self.ptr(cu_seqlens);
-                p.seq_of_token = self.ptr(seq_of_token);
-                if *update_conv_state || track.is_some() {
-                    let mut u = ConvStateUpdateParams {
-                        qkvr: p.qkvr,
-                        qkvr_row_stride: p.qkvr_row_stride,
-                        num_seqs: p.num_seqs,
-                        num_tokens: p.num_tokens,
-                        k_cache: p.k_cache,
-                        v_cache: p.v_cache,
-                        conv_slots: p.conv_slots,
-                        do_cache_update: *update_conv_state as i32,
-                        cache_indices: p.cache_indices,
-                        has_initial_state: self.ptr(has_initial_state),
-                        cu_seqlens: p.cu_seqlens,
-                        bad_index_count: p.bad_index_count,
-                        ..Default::default()
-                    };
-                    if let Some(t) = track {
-                        (u.track_rows, u.track_mask, u.track_dst) =
-                            (self.ptr(t.rows), self.ptr(t.mask), self.ptr(t.dst));
-                    }
-                    update = Some(u);
-                }
-            }
-            VariantArgs::Decode { track } => {
-                if let Some(t) = track {
-                    (p.track_mask, p.track_indices) = (self.ptr(t.mask), self.ptr(t.indices));
-                }
-            }
-        }
+        let launch = prologue_launch::<K>(self, call);
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
-        unsafe { self.launch::<K>(prologue_launch_shape(&st, call.tokens), &p)? };
-        if let Some(u) = update.filter(|_| call.seqs > 0) {
+        unsafe { self.launch::<K>(launch.shape, &launch.params)? };
+        if let Some((shape, params)) = launch.update {
             // SAFETY: as above; the update reads the same tied buffers.
-            unsafe { self.launch::<K::Update>(update_launch_shape(&st, call.seqs), &u)? };
+            unsafe { self.launch::<K::Update>(shape, &params)? };
         }
         Ok(())
+    }
+}
+
+/// The parameter blocks and shapes of one checked call.
+pub fn prologue_launch<K: PrologueKernel>(
+    cuda: &Cuda,
+    call: PrologueCall<'_, Cuda>,
+) -> PrologueLaunch {
+    let st = K::STATICS;
+    let ptr = |b: &cudarc::driver::CudaSlice<_>| cuda.ptr(b);
+    let mut p = PrologueParams {
+        qkvr: cuda.ptr(call.qkvr),
+        qkvr_row_stride: st.row as i64,
+        num_tokens: call.tokens as i32,
+        num_seqs: call.seqs as i32,
+        k_cache: cuda.ptr(call.k_cache),
+        v_cache: cuda.ptr(call.v_cache),
+        conv_slots: call.conv_slots as i32,
+        cache_indices: cuda.ptr(call.cache_indices),
+        cache_mask: cuda.ptr(call.cache_mask),
+        k_weight: cuda.ptr(call.k_weight),
+        v_weight: cuda.ptr(call.v_weight),
+        q_gamma: cuda.ptr(call.q_gamma),
+        k_gamma: cuda.ptr(call.k_gamma),
+        eps: call.eps,
+        tau: call.tau.map_or(0, |t| cuda.ptr(t)),
+        k_out: cuda.ptr(call.k_out),
+        v_out: cuda.ptr(call.v_out),
+        loc: cuda.ptr(call.loc),
+        bad_index_count: call.bad_index_count.as_ref().map_or(0, |c| cuda.ptr(c)),
+        ..Default::default()
+    };
+    match &call.q {
+        QTarget::Bf16(q) => p.q_out = cuda.ptr(q),
+        QTarget::Mxfp8 { data, scales } => {
+            p.q_out = cuda.ptr(data);
+            p.q_scale = cuda.ptr(scales);
+        }
+    }
+    match &call.kv {
+        KvTarget::None => {}
+        KvTarget::Bf16 { k, v, slots } => {
+            (p.k_buf, p.v_buf, p.kv_slots) = (cuda.ptr(k), cuda.ptr(v), *slots as i64);
+        }
+        KvTarget::Mxfp8 {
+            k,
+            v,
+            k_scales,
+            v_scales,
+            slots,
+        } => {
+            (p.k_buf, p.v_buf, p.kv_slots) = (cuda.ptr(k), cuda.ptr(v), *slots as i64);
+            (p.sfk, p.sfv) = (cuda.ptr(k_scales), cuda.ptr(v_scales));
+        }
+    }
+    let mut update = None;
+    match &call.variant {
+        VariantArgs::Verify {
+            draft_tokens,
+            k_inter,
+            v_inter,
+            capacity,
+        } => {
+            p.draft_tokens = *draft_tokens as i32;
+            (p.k_inter, p.v_inter) = (ptr(k_inter), ptr(v_inter));
+            p.inter_capacity = *capacity as i32;
+        }
+        VariantArgs::Extend {
+            cu_seqlens,
+            seq_of_token,
+            has_initial_state,
+            track,
+            update_conv_state,
+        } => {
+            p.cu_seqlens = cuda.ptr(cu_seqlens);
+            p.seq_of_token = cuda.ptr(seq_of_token);
+            if *update_conv_state || track.is_some() {
+                let mut u = ConvStateUpdateParams {
+                    qkvr: p.qkvr,
+                    qkvr_row_stride: p.qkvr_row_stride,
+                    num_seqs: p.num_seqs,
+                    num_tokens: p.num_tokens,
+                    k_cache: p.k_cache,
+                    v_cache: p.v_cache,
+                    conv_slots: p.conv_slots,
+                    do_cache_update: *update_conv_state as i32,
+                    cache_indices: p.cache_indices,
+                    has_initial_state: cuda.ptr(has_initial_state),
+                    cu_seqlens: p.cu_seqlens,
+                    bad_index_count: p.bad_index_count,
+                    ..Default::default()
+                };
+                if let Some(t) = track {
+                    (u.track_rows, u.track_mask, u.track_dst) =
+                        (cuda.ptr(t.rows), cuda.ptr(t.mask), cuda.ptr(t.dst));
+                }
+                update = Some(u);
+            }
+        }
+        VariantArgs::Decode { track } => {
+            if let Some(t) = track {
+                (p.track_mask, p.track_indices) = (cuda.ptr(t.mask), cuda.ptr(t.indices));
+            }
+        }
+    }
+    PrologueLaunch {
+        shape: prologue_launch_shape(&st, call.tokens),
+        params: p,
+        update: update
+            .filter(|_| call.seqs > 0)
+            .map(|u| (update_launch_shape(&st, call.seqs), u)),
     }
 }

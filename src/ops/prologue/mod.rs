@@ -20,7 +20,10 @@ pub use args::{
 pub use call::{
     DecodeTrackRef, ExtendTrackRef, KvCacheTarget, KvTarget, PrologueCall, QTarget, VariantArgs,
 };
-pub use cuda::{ConvStateUpdateKernel, PrologueKernel};
+pub use cuda::{
+    ConvStateUpdateKernel, ConvStateUpdateParams, PrologueKernel, PrologueLaunch, PrologueParams,
+    prologue_launch,
+};
 
 use std::marker::PhantomData;
 

@@ -1,0 +1,74 @@
+//! Timing helpers shared by the GPU benchmarks: CUDA-event timing, medians, the device copy
+//! bandwidth (the limit memory-bound kernels are reported against), and a JSON writer.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaStream, sys};
+use shapeproof::backend::Cuda;
+
+/// The GPU, or a clear failure: benchmarks never run without one.
+pub fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("benchmarks need a CUDA device: {e}"))
+}
+
+fn timing_event(g: &Cuda) -> CudaEvent {
+    g.context()
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .expect("event")
+}
+
+/// Median GPU time in microseconds of `f`, each run bracketed by events, after `warmup` runs.
+pub fn time_us(g: &Cuda, warmup: usize, runs: usize, mut f: impl FnMut(usize)) -> f64 {
+    let stream: &Arc<CudaStream> = g.stream();
+    for i in 0..warmup {
+        f(i);
+    }
+    let (start, end) = (timing_event(g), timing_event(g));
+    let mut samples = Vec::with_capacity(runs);
+    for i in 0..runs {
+        start.record(stream).unwrap();
+        f(i);
+        end.record(stream).unwrap();
+        end.synchronize().unwrap();
+        samples.push(start.elapsed_ms(&end).unwrap() as f64 * 1e3);
+    }
+    median(&mut samples)
+}
+
+/// The median of `v`.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written, over a
+/// buffer far larger than L2.
+pub fn copy_bandwidth_gbs(g: &Cuda) -> f64 {
+    let n = 1usize << 31; // 2 GiB
+    let src = g.stream().alloc_zeros::<u8>(n).unwrap();
+    let mut dst = g.stream().alloc_zeros::<u8>(n).unwrap();
+    let us = time_us(g, 3, 15, |_| g.stream().memcpy_dtod(&src, &mut dst).unwrap());
+    2.0 * n as f64 / (us * 1e-6) / 1e9
+}
+
+/// One result row for the JSON file.
+pub struct Record {
+    pub name: String,
+    pub fields: Vec<(&'static str, f64)>,
+}
+
+/// Writes `records` as a JSON array to `$BENCH_JSON_DIR/<file>` (or the current folder).
+pub fn write_json(file: &str, records: &[Record]) {
+    let dir = std::env::var("BENCH_JSON_DIR").unwrap_or_else(|_| ".".into());
+    let body: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let fields: Vec<String> = r.fields.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+            format!("  {{\"name\": \"{}\", {}}}", r.name, fields.join(", "))
+        })
+        .collect();
+    let path = std::path::Path::new(&dir).join(file);
+    std::fs::write(&path, format!("[\n{}\n]\n", body.join(",\n"))).unwrap();
+    eprintln!("wrote {}", path.display());
+}
