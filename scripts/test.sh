@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, every test that runs without a GPU, and the
+# NVRTC compilation of every kernel instantiation the crate uses (no GPU needed).
+#
+# NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
+# the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_nvrtc() {
+    for dir in "${CUDA_HOME:-}/lib64" /usr/local/cuda/lib64 "$PWD/.venv/lib/python3"*/site-packages/nvidia/cu13/lib; do
+        if [ -e "$dir/libnvrtc.so.13" ]; then
+            echo "$dir"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if ! nvrtc_dir=$(find_nvrtc); then
+    echo "no CUDA 13 NVRTC found: installing the pinned wheel into .venv"
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check nvidia-cuda-nvrtc==13.0.88
+    nvrtc_dir=$(find_nvrtc)
+fi
+export LD_LIBRARY_PATH="$nvrtc_dir:${LD_LIBRARY_PATH:-}"
+echo "NVRTC: $nvrtc_dir"
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --features nvrtc-tests -- -D warnings
+cargo clippy --workspace --all-targets --features gpu-tests -- -D warnings
+cargo test --workspace --features nvrtc-tests
