@@ -43,3 +43,8 @@ pub mod prelude {
     pub use crate::layout::{MlaLatentKv, Mxfp8KvCache, PagedBf16Kv};
     pub use crate::tensor::{Cols, Scalar, Tensor};
 }
+
+/// The README's example, compiled as a doctest so it cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
