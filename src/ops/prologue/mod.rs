@@ -12,6 +12,7 @@ mod args;
 mod call;
 mod cpu;
 mod cuda;
+pub mod select;
 
 pub use args::{
     ConvState, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch, ExtendTrack, PrologueWeights,
@@ -19,6 +20,7 @@ pub use args::{
 };
 pub use call::{DecodeTrackRef, ExtendTrackRef, KvTarget, PrologueCall, QTarget, VariantArgs};
 pub use cuda::{ConvStateUpdateKernel, PrologueKernel};
+pub use select::{PreferMxfp8, PreferredStore};
 
 use std::marker::PhantomData;
 
