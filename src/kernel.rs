@@ -1,0 +1,1 @@
+//! How to declare a kernel of your own.
