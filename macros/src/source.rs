@@ -102,6 +102,8 @@ impl Node {
 pub struct Entry {
     /// The key.
     pub key: String,
+    /// Where the key was written (for a JSON value: the path literal).
+    pub key_span: Span,
     /// The value.
     pub node: Sourced<Node>,
 }
@@ -139,6 +141,7 @@ impl Map {
             };
             out.push(Entry {
                 key,
+                key_span: entry.key.span(),
                 node: Sourced {
                     value: node,
                     at: origin,
@@ -175,6 +178,7 @@ impl Map {
                 };
                 Entry {
                     key: key.clone(),
+                    key_span: at.span,
                     node: Sourced {
                         value: node,
                         at: origin,
@@ -262,12 +266,48 @@ impl Map {
     pub fn finish(self, known: &[&str]) -> syn::Result<()> {
         for entry in self.entries {
             if self.strict || entry.node.at.file.is_none() {
-                return Err(entry.node.at.error(
-                    format!("unknown key `{}`", entry.key),
+                let at = Origin {
+                    span: entry.key_span,
+                    ..entry.node.at
+                };
+                let hint = match closest(&entry.key, known) {
+                    Some(near) => format!(": did you mean `{near}`?"),
+                    None => String::new(),
+                };
+                return Err(at.error(
+                    format!("unknown key `{}`{hint}", entry.key),
                     format!("the keys here are: {}", known.join(", ")),
                 ));
             }
         }
         Ok(())
     }
+}
+
+/// The known key nearest to `key` in edit distance, if it is near enough to be a typo.
+fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= k.len() / 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (keys are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
