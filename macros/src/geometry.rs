@@ -147,7 +147,7 @@ fn shard_heads(heads: &Sourced<u64>, tp: &Sourced<u64>, kind: &str) -> syn::Resu
             format!("the tensor-parallel tables cover 1 ..= {MAX_HEADS} heads"),
         ));
     }
-    if heads.value % tp.value != 0 {
+    if !heads.value.is_multiple_of(tp.value) {
         return Err(tp.at.error(
             format!(
                 "tensor-parallel degree `{}` does not divide {} attention heads{kind}",
@@ -178,7 +178,7 @@ fn prologue_kind(
             format!("the tensor-parallel tables cover 1 ..= {MAX_HEADS} KV heads"),
         ));
     }
-    if kv.value % tp.value != 0 && tp.value % kv.value != 0 {
+    if !kv.value.is_multiple_of(tp.value) && !tp.value.is_multiple_of(kv.value) {
         return Err(tp.at.error(
             format!(
                 "tensor-parallel degree `{}` neither divides nor is a multiple of {} KV heads{which}",
@@ -193,7 +193,7 @@ fn prologue_kind(
     let hd = &kind.head_dim;
     let store = &kind.store;
     match store.value {
-        StoreChoice::Mxfp8 if hd.value % 128 != 0 => {
+        StoreChoice::Mxfp8 if !hd.value.is_multiple_of(128) => {
             return Err(hd.at.error(
                 format!(
                     "`{}` is not a multiple of 128: MXFP8 fused prologue requires head_dim-aligned Q/K/V{which}",
@@ -242,7 +242,7 @@ fn prologue_kind(
 
     // Page size (`PageSize`, `Mxfp8PageSize`).
     let page = &model.page_size;
-    if page.value == 0 || page.value % 32 != 0 || page.value > MAX_PAGE {
+    if page.value == 0 || !page.value.is_multiple_of(32) || page.value > MAX_PAGE {
         return Err(page.at.error(
             format!(
                 "page size `{}` is not a positive multiple of 32",
@@ -253,7 +253,7 @@ fn prologue_kind(
             ),
         ));
     }
-    if store.value == StoreChoice::Mxfp8 && page.value % 128 != 0 {
+    if store.value == StoreChoice::Mxfp8 && !page.value.is_multiple_of(128) {
         return Err(page.at.error(
             format!(
                 "page size `{}` is not a multiple of 128, as the MXFP8 interleaved scale planes require",
@@ -289,7 +289,7 @@ fn prologue_kind(
     // The packed row (`RowOffset`): q, k, v start on whole heads, so only the row length can
     // break the 8-element alignment, through the relative-position features.
     let row = kind_plan.row();
-    if row % 8 != 0 {
+    if !row.is_multiple_of(8) {
         let rel = &model.rel_head_dim;
         return Err(rel.at.error(
             format!(
