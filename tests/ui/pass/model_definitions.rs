@@ -41,6 +41,15 @@ shapeproof::model! {
         kv_store: mxfp8,
     }
 
+    /// Inkling on 4 ranks again, from a JSON config (one file serves every deployment). In a
+    /// crate the path is relative to the crate root; this test's crate is generated elsewhere,
+    /// so the path is found relative to this file.
+    pub mod inkling_json_tp4 {
+        config: "../models/inkling.json",
+        tensor_parallel: 4,
+        kv_store: mxfp8,
+    }
+
     /// DeepSeek V3.2, 8-way tensor parallel, from its Hugging Face config.
     pub mod deepseek_v32_tp8 {
         config: "../models/deepseek_v32.json",
@@ -70,6 +79,8 @@ const _: () = {
     assert!(inkling_tp1::HQ == 64 && inkling_tp1::HKV == 8 && inkling_tp1::ROW == 11264);
 };
 assert_type_eq_all!(inkling_tp8::global::KvStore, Mxfp8Store<128>);
+assert_type_eq_all!(inkling_json_tp4::global::Prologue<Verify>, inkling_tp4::global::Prologue<Verify>);
+assert_type_eq_all!(inkling_json_tp4::sliding::Prologue<Decode>, inkling_tp4::sliding::Prologue<Decode>);
 
 // DeepSeek V3.2 TP8: 16 heads per rank, padded to one 64-head tile; d_qk 576, top-k 2048.
 const _: () = {
