@@ -12,7 +12,6 @@ mod args;
 mod call;
 mod cpu;
 mod cuda;
-pub mod select;
 
 pub use args::{
     ConvState, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch, ExtendTrack, PrologueWeights,
@@ -20,7 +19,6 @@ pub use args::{
 };
 pub use call::{DecodeTrackRef, ExtendTrackRef, KvTarget, PrologueCall, QTarget, VariantArgs};
 pub use cuda::{ConvStateUpdateKernel, PrologueKernel};
-pub use select::{PreferMxfp8, PreferredStore};
 
 use std::marker::PhantomData;
 
@@ -33,6 +31,9 @@ use crate::rules::{
     ConvWidth, Mxfp8PageSize, Mxfp8Width, PageSize, PrologueHeadDim, RowOffset, WholeHeads,
 };
 use crate::tensor::{BlockScales, Cols, RowShape, Tensor};
+
+pub mod select;
+pub use select::{PreferMxfp8, PreferredStore};
 
 /// Which of the three prologue entry points a kernel type is.
 pub trait Variant: 'static {
