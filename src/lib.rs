@@ -17,6 +17,9 @@
 //! - [`tensor`]: typed tensors and the checked boundary.
 //! - [`backend`]: the CPU reference and the CUDA backend (NVRTC JIT, typed launch).
 //! - [`ops`]: the kernels: the Inkling attention prologue and the FP8 sparse MLA prefill.
+//! - [`model!`]: a model's configuration in, its per-rank kernel and cache types out; a
+//!   configuration that breaks a kernel rule does not compile.
+//! - [`kernel`]: how to declare a kernel of your own, with its rules, CUDA source and CPU path.
 
 // Kernel constructors carry the rules as where-clauses on `new`; a `Default` impl would restate
 // them on a trait impl and give a second, less readable error path.
@@ -26,6 +29,7 @@ pub mod backend;
 pub mod dim;
 pub mod dtype;
 pub mod error;
+pub mod kernel;
 pub mod layout;
 pub mod model;
 pub mod ops;
@@ -33,6 +37,9 @@ pub mod rules;
 pub mod tensor;
 
 pub use error::{Error, Result};
+
+#[doc = include_str!("model.md")]
+pub use shapeproof_macros::model;
 
 /// The names most programs need.
 pub mod prelude {

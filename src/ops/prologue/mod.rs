@@ -37,6 +37,9 @@ use crate::rules::{
 };
 use crate::tensor::{BlockScales, Cols, RowShape, Tensor};
 
+pub mod select;
+pub use select::{PreferMxfp8, PreferredStore};
+
 /// Which of the three prologue entry points a kernel type is.
 pub trait Variant: 'static {
     /// The kernel's `VARIANT` template argument.
