@@ -38,8 +38,16 @@ fn bytes_moved(tokens: usize, mxfp8: bool) -> f64 {
         + 2 * DKV * W * 2 + 2 * 128 * 2        // conv taps, gammas
         + tokens * (8 + 4)                     // loc, tau
         + seqs * (4 + 1); // cache index, mask
-    let q_out = if mxfp8 { tokens * (DQ + DQ / 32) } else { tokens * DQ * 2 };
-    let kv_store = if mxfp8 { 2 * tokens * (DKV + DKV / 32) } else { 2 * tokens * DKV * 2 };
+    let q_out = if mxfp8 {
+        tokens * (DQ + DQ / 32)
+    } else {
+        tokens * DQ * 2
+    };
+    let kv_store = if mxfp8 {
+        2 * tokens * (DKV + DKV / 32)
+    } else {
+        2 * tokens * DKV * 2
+    };
     let written = q_out + 2 * tokens * DKV * 2 + kv_store + 2 * seqs * Q * (W - 1) * DKV * 2;
     (read + written) as f64
 }
@@ -55,20 +63,49 @@ struct Batch<S: Store> {
 
 fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> {
     let r = |rng: &mut StdRng, n: usize| -> Vec<bf16> {
-        (0..n).map(|_| bf16::from_f32(rng.random::<f32>() - 0.5)).collect()
+        (0..n)
+            .map(|_| bf16::from_f32(rng.random::<f32>() - 0.5))
+            .collect()
     };
-    PrologueWeights::from_host(g, &r(rng, 128), &r(rng, 128), &r(rng, DKV * W), &r(rng, DKV * W), 1e-6).unwrap()
+    PrologueWeights::from_host(
+        g,
+        &r(rng, 128),
+        &r(rng, 128),
+        &r(rng, DKV * W),
+        &r(rng, DKV * W),
+        1e-6,
+    )
+    .unwrap()
 }
 
-fn verify_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> (VerifyBatch<Cuda, Row>, VerifyWindows<Cuda, DKV, Conv>, ConvState<Cuda, DKV, Conv>, usize) {
+fn verify_batch(
+    g: &Cuda,
+    rng: &mut StdRng,
+    tokens: usize,
+) -> (
+    VerifyBatch<Cuda, Row>,
+    VerifyWindows<Cuda, DKV, Conv>,
+    ConvState<Cuda, DKV, Conv>,
+    usize,
+) {
     let seqs = tokens / Q;
-    let qkvr: Vec<bf16> = (0..tokens * 1408).map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0)).collect();
+    let qkvr: Vec<bf16> = (0..tokens * 1408)
+        .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
+        .collect();
     let slots = tokens.div_ceil(PAGE) * PAGE;
     let loc: Vec<i64> = (0..tokens as i64).collect();
-    let tau: Vec<f32> = (0..tokens).map(|_| 1.0 + rng.random::<f32>() * 0.2).collect();
+    let tau: Vec<f32> = (0..tokens)
+        .map(|_| 1.0 + rng.random::<f32>() * 0.2)
+        .collect();
     let batch = VerifyBatch::new(
         Tensor::from_host(g, "qkvr", &qkvr, tokens).unwrap(),
-        Tensor::from_host(g, "cache_indices", &(0..seqs as i32).collect::<Vec<_>>(), seqs).unwrap(),
+        Tensor::from_host(
+            g,
+            "cache_indices",
+            &(0..seqs as i32).collect::<Vec<_>>(),
+            seqs,
+        )
+        .unwrap(),
         Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
         Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
         Some(Tensor::from_host(g, "tau", &tau, tokens).unwrap()),
@@ -106,7 +143,16 @@ macro_rules! run {
     ($kernel:expr, $g:expr, $w:expr, $b:expr) => {{
         let b = &mut $b;
         $kernel
-            .run($g, $w, &mut b.conv, &b.batch, &mut b.windows, &mut b.out, &mut b.kv, None)
+            .run(
+                $g,
+                $w,
+                &mut b.conv,
+                &b.batch,
+                &mut b.windows,
+                &mut b.out,
+                &mut b.kv,
+                None,
+            )
             .unwrap()
     }};
 }
@@ -140,7 +186,10 @@ fn main() {
     let w = weights(&g, &mut rng);
     let bf = Bf16Prologue::<Verify, 128, DQ, DKV, Row, Conv, PAGE>::new();
     let mx = Mxfp8Prologue::<Verify, DQ, DKV, Row, Conv, PAGE>::new();
-    let mut records = vec![Record { name: "copy".into(), fields: vec![("gbs", copy)] }];
+    let mut records = vec![Record {
+        name: "copy".into(),
+        fields: vec![("gbs", copy)],
+    }];
 
     println!("\n| B (q=4) | T | bf16 store µs/call | MXFP8 store µs/call | MXFP8 / bf16 |");
     println!("|---|---|---|---|---|");
@@ -150,10 +199,17 @@ fn main() {
         let mut b2 = mxfp8_batch(&g, &mut rng, tokens);
         let t_bf = graph_us(&g, 20, || run!(bf, &g, &w, b1));
         let t_mx = graph_us(&g, 20, || run!(mx, &g, &w, b2));
-        println!("| {seqs} | {tokens} | {t_bf:.2} | {t_mx:.2} | {:.2} |", t_mx / t_bf);
+        println!(
+            "| {seqs} | {tokens} | {t_bf:.2} | {t_mx:.2} | {:.2} |",
+            t_mx / t_bf
+        );
         records.push(Record {
             name: format!("graph_B{seqs}"),
-            fields: vec![("tokens", tokens as f64), ("bf16_us", t_bf), ("mxfp8_us", t_mx)],
+            fields: vec![
+                ("tokens", tokens as f64),
+                ("bf16_us", t_bf),
+                ("mxfp8_us", t_mx),
+            ],
         });
     }
 
@@ -162,15 +218,22 @@ fn main() {
     for tokens in [16384usize, 65536] {
         // Rotate among input sets totalling well over the 60 MB L2.
         let sets = (400_000_000 / (tokens * 1408 * 2)).clamp(2, 8);
-        let mut bfs: Vec<_> = (0..sets).map(|_| bf16_batch(&g, &mut rng, tokens)).collect();
+        let mut bfs: Vec<_> = (0..sets)
+            .map(|_| bf16_batch(&g, &mut rng, tokens))
+            .collect();
         let t_bf = time_us(&g, 3, 30, |i| run!(bf, &g, &w, bfs[i % sets]));
         drop(bfs);
-        let mut mxs: Vec<_> = (0..sets).map(|_| mxfp8_batch(&g, &mut rng, tokens)).collect();
+        let mut mxs: Vec<_> = (0..sets)
+            .map(|_| mxfp8_batch(&g, &mut rng, tokens))
+            .collect();
         let t_mx = time_us(&g, 3, 30, |i| run!(mx, &g, &w, mxs[i % sets]));
         drop(mxs);
         for (store, us, mxfp8) in [("bf16", t_bf, false), ("mxfp8", t_mx, true)] {
             let gbs = bytes_moved(tokens, mxfp8) / (us * 1e-6) / 1e9;
-            println!("| {tokens} | {store} | {us:.1} | {gbs:.0} | {:.0}% |", 100.0 * gbs / copy);
+            println!(
+                "| {tokens} | {store} | {us:.1} | {gbs:.0} | {:.0}% |",
+                100.0 * gbs / copy
+            );
             records.push(Record {
                 name: format!("large_T{tokens}_{store}"),
                 fields: vec![("us", us), ("gbs", gbs), ("copy_fraction", gbs / copy)],
@@ -209,7 +272,10 @@ fn main() {
             cache_mask: b.batch.cache_mask.buffer(),
             tau: b.batch.tau.as_ref().map(|t| t.buffer()),
             loc: b.batch.loc.buffer(),
-            q: QTarget::Mxfp8 { data: b.out.q.buffer_mut(), scales: b.out.q_scales.buffer_mut() },
+            q: QTarget::Mxfp8 {
+                data: b.out.q.buffer_mut(),
+                scales: b.out.q_scales.buffer_mut(),
+            },
             k_out: b.out.k.buffer_mut(),
             v_out: b.out.v.buffer_mut(),
             kv: b.kv.target(),
@@ -223,7 +289,9 @@ fn main() {
         };
         prologue_launch::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>(&g, call)
     };
-    let function = g.function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>().unwrap();
+    let function = g
+        .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
+        .unwrap();
     let raw = {
         let mut params = launch.params;
         let t0 = Instant::now();
@@ -246,10 +314,17 @@ fn main() {
         g.synchronize().unwrap();
         dt.as_secs_f64() * 1e6 / n as f64
     };
-    println!("\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs", typed - raw);
+    println!(
+        "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
+        typed - raw
+    );
     records.push(Record {
         name: "host_launch".into(),
-        fields: vec![("typed_us", typed), ("raw_us", raw), ("overhead_us", typed - raw)],
+        fields: vec![
+            ("typed_us", typed),
+            ("raw_us", raw),
+            ("overhead_us", typed - raw),
+        ],
     });
     common::write_json("prologue.json", &records);
 }

@@ -29,7 +29,8 @@ const PAGE: usize = 128;
 // Per-rank widths and packed rows [q | k | v | 16 relative-position features per q head].
 type GlobalRow = PackedRow<1408, 0, 1024, 1152>;
 type SwaRow = PackedRow<1664, 0, 1024, 1280>;
-type GlobalLayer = Mxfp8Prologue<Verify, { HQ * 128 }, { HKV_GLOBAL * 128 }, GlobalRow, InklingConv, PAGE>;
+type GlobalLayer =
+    Mxfp8Prologue<Verify, { HQ * 128 }, { HKV_GLOBAL * 128 }, GlobalRow, InklingConv, PAGE>;
 type SwaLayer = Mxfp8Prologue<Verify, { HQ * 128 }, { HKV_SWA * 128 }, SwaRow, InklingConv, PAGE>;
 
 /// One layer's state and one verify batch, on backend `B`.
@@ -42,14 +43,24 @@ struct Layer<B: Backend, const DKV: usize, L> {
     kv: Mxfp8KvCache<B, PAGE, DKV>,
 }
 
-fn layer<B: Backend, const DKV: usize, L: QkvrLayout>(b: &B, seed: u64, seqs: usize, with_tau: bool) -> Layer<B, DKV, L>
+fn layer<B: Backend, const DKV: usize, L: QkvrLayout>(
+    b: &B,
+    seed: u64,
+    seqs: usize,
+    with_tau: bool,
+) -> Layer<B, DKV, L>
 where
     Dim<DKV>: Mxfp8Width,
 {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut normal = |n: usize, mean: f32, std: f32| -> Vec<bf16> {
         (0..n)
-            .map(|_| bf16::from_f32(mean + std * (rng.random::<f32>() + rng.random::<f32>() + rng.random::<f32>() - 1.5)))
+            .map(|_| {
+                bf16::from_f32(
+                    mean + std
+                        * (rng.random::<f32>() + rng.random::<f32>() + rng.random::<f32>() - 1.5),
+                )
+            })
             .collect()
     };
     let tokens = seqs * DRAFT_TOKENS;
@@ -69,11 +80,19 @@ where
     )
     .unwrap();
     // Positions past 128k tokens turn the log-scaling temperature on (global layers only).
-    let tau: Vec<f32> = (0..tokens).map(|t| log_scaling_tau(200_000 + 1000 * t as u64, 128_000.0, 0.1)).collect();
+    let tau: Vec<f32> = (0..tokens)
+        .map(|t| log_scaling_tau(200_000 + 1000 * t as u64, 128_000.0, 0.1))
+        .collect();
     let loc: Vec<i64> = (0..tokens as i64).map(|t| 3 * t + 1).collect();
     let batch = VerifyBatch::new(
         Tensor::from_host(b, "qkvr", &normal(tokens * L::ROW, 0.0, 1.0), tokens).unwrap(),
-        Tensor::from_host(b, "cache_indices", &(0..seqs as i32).collect::<Vec<_>>(), seqs).unwrap(),
+        Tensor::from_host(
+            b,
+            "cache_indices",
+            &(0..seqs as i32).collect::<Vec<_>>(),
+            seqs,
+        )
+        .unwrap(),
         Tensor::from_host(b, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
         Tensor::from_host(b, "loc", &loc, tokens).unwrap(),
         with_tau.then(|| Tensor::from_host(b, "tau", &tau, tokens).unwrap()),
@@ -96,16 +115,37 @@ where
 {
     fn run(&mut self, b: &B, kernel: &Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>) {
         kernel
-            .run(b, &self.weights, &mut self.conv, &self.batch, &mut self.windows, &mut self.out, &mut self.kv, None)
+            .run(
+                b,
+                &self.weights,
+                &mut self.conv,
+                &self.batch,
+                &mut self.windows,
+                &mut self.out,
+                &mut self.kv,
+                None,
+            )
             .unwrap();
     }
 
     /// Every output byte of the call, for comparing backends.
     fn bytes(&self, b: &B) -> Vec<u8> {
-        let mut all: Vec<u8> = self.out.q.to_host(b).unwrap().iter().map(|v| v.to_bits()).collect();
+        let mut all: Vec<u8> = self
+            .out
+            .q
+            .to_host(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
         all.extend(self.out.q_scales.to_host(b).unwrap().iter().map(|v| v.0));
         for t in [&self.out.k, &self.out.v] {
-            all.extend(t.to_host(b).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()));
+            all.extend(
+                t.to_host(b)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes()),
+            );
         }
         for t in [&self.kv.k, &self.kv.v] {
             all.extend(t.to_host(b).unwrap().iter().map(|v| v.to_bits()));
@@ -114,7 +154,12 @@ where
             all.extend(t.to_host(b).unwrap().iter().map(|v| v.0));
         }
         for t in [&self.windows.k, &self.windows.v] {
-            all.extend(t.to_host(b).unwrap().iter().flat_map(|v| v.to_bits().to_le_bytes()));
+            all.extend(
+                t.to_host(b)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes()),
+            );
         }
         all
     }
@@ -122,8 +167,12 @@ where
 
 /// Runs one layer kind on the GPU: a byte-for-byte check against the CPU reference on a sample
 /// batch, then the GPU time per call at the realistic batch.
-fn gpu_layer<const DKV: usize, L: QkvrLayout>(g: &Cuda, name: &str, kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>, tau: bool)
-where
+fn gpu_layer<const DKV: usize, L: QkvrLayout>(
+    g: &Cuda,
+    name: &str,
+    kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>,
+    tau: bool,
+) where
     Dim<DKV>: Mxfp8Width,
     Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
 {
@@ -142,8 +191,14 @@ where
     assert_eq!(differing, 0, "GPU and CPU reference disagree");
 
     let mut l = layer::<Cuda, DKV, L>(g, 11, batch, tau);
-    let start = g.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-    let end = g.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
+    let start = g
+        .context()
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .unwrap();
+    let end = g
+        .context()
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .unwrap();
     for _ in 0..20 {
         l.run(g, &kernel);
     }
@@ -163,8 +218,11 @@ where
 
 /// Runs one layer kind on the CPU reference: the MXFP8 store decoded agrees with the bf16
 /// values it encodes within the spec's MXFP8 tolerance.
-fn cpu_layer<const DKV: usize, L: QkvrLayout>(name: &str, kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>, tau: bool)
-where
+fn cpu_layer<const DKV: usize, L: QkvrLayout>(
+    name: &str,
+    kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>,
+    tau: bool,
+) where
     Dim<DKV>: Mxfp8Width,
     Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
 {
@@ -175,7 +233,10 @@ where
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     // K stored at loc[t] = 3t + 1 decodes to k_out[t] within MXFP8 rounding.
     let k_out = l.out.k.to_host(&Cpu).unwrap();
-    let (data, scales) = (l.kv.k.to_host(&Cpu).unwrap(), l.kv.k_scales.to_host(&Cpu).unwrap());
+    let (data, scales) = (
+        l.kv.k.to_host(&Cpu).unwrap(),
+        l.kv.k_scales.to_host(&Cpu).unwrap(),
+    );
     let mut worst = 0.0f32;
     for t in 0..seqs * DRAFT_TOKENS {
         let slot = 3 * t + 1;
@@ -186,12 +247,17 @@ where
             worst = worst.max((x - want).abs() / (8e-2 + 0.3 * want.abs()));
         }
     }
-    println!("{name}: {seqs} sequences x {DRAFT_TOKENS} tokens on the CPU reference in {ms:.1} ms; stored K decodes within {:.0}% of the MXFP8 tolerance", 100.0 * worst);
+    println!(
+        "{name}: {seqs} sequences x {DRAFT_TOKENS} tokens on the CPU reference in {ms:.1} ms; stored K decodes within {:.0}% of the MXFP8 tolerance",
+        100.0 * worst
+    );
     assert!(worst <= 1.0);
 }
 
 fn main() {
-    println!("Inkling verify prologue, TP{TP}: {HQ} q heads per rank; KV heads {HKV_GLOBAL} (global), {HKV_SWA} (sliding window); MXFP8 KV store, page {PAGE}");
+    println!(
+        "Inkling verify prologue, TP{TP}: {HQ} q heads per rank; KV heads {HKV_GLOBAL} (global), {HKV_SWA} (sliding window); MXFP8 KV store, page {PAGE}"
+    );
     match Cuda::new(0) {
         Ok(g) => {
             println!("running on {}", g.describe());

@@ -8,8 +8,8 @@
 //   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / 64). CTA b handles head tile
 //           b % head_tiles (heads 64*tile … 64*tile+63) of query row b / head_tiles.
 //   block = 384 threads (3 warpgroups), one CTA per SM.
-//   dynamic shared memory = 256 * D_QK + 74880 bytes:
-//           D_QK = 576 -> 222336 bytes,   D_QK = 512 -> 205952 bytes
+//   dynamic shared memory = 320 * D_QK + 18304 bytes:
+//           D_QK = 576 -> 202624 bytes,   D_QK = 512 -> 182144 bytes
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -17,59 +17,68 @@
 // ================================================================================================
 //
 // One CTA = one query row i and one tile of 64 heads. It walks the row's top-k list in blocks of 64
-// tokens, two blocks ("a pair") per step; the number of blocks is topk/64, or 2*ceil(L_i/128) with
-// topk_length (only those blocks can hold valid tokens).
+// tokens, two blocks ("a pair", 128 tokens) per step; the number of blocks is topk/64, or
+// 2*ceil(L_i/128) with topk_length (only those blocks can hold valid tokens).
 //
 // Warp roles (warpgroup = 4 consecutive warps):
-// * WG2, the producer (128 threads, setmaxnreg down to 40 registers):
-//   - gathers the 64 K rows of block b (d_qk bytes each) with 16-byte cp.async into K slot b % 3
-//     (3 slots = a ring of blocks, so gathers run up to 3 blocks ahead of the consumers). An
-//     invalid slot (idx < 0, idx >= s_kv, or j >= L_i) issues its cp.async with source size 0: the
-//     row is zero-filled and global memory is never read for it. Completion is tracked by the
-//     mbarrier k_full[slot] (cp.async.mbarrier.arrive.noinc, plus one ordinary arrive per thread
-//     that publishes the block's 64-bit validity mask);
-//   - transposes the V part (first 512 columns) of the block into Vt[b % 2] (token-contiguous rows,
-//     the K-major layout wgmma needs for the P.V B operand; FP8 wgmma cannot transpose B itself):
-//     ldmatrix.trans (2x2-byte blocks) + prmt byte shuffles + stmatrix, then signals vt_full.
-// * WG0 and WG1, the consumers (setmaxnreg up to 232): WG w owns block 2t+w of pair t.
-//   - S = Q.K^T: 64x64 tile, d_qk/32 wgmma m64n64k32 e4m3 with both operands in shared memory;
-//   - online softmax in the log2 domain; the row maximum is shared by both WGs (exchanged through
-//     shared memory each pair), so both WGs always use the same running max and the same rescale
-//     factor, and their P tiles can feed one accumulator;
-//   - P (f32) -> e4m3 in the wgmma A-register layout; each WG writes its P to shared memory and
-//     reads its peer's;
-//   - O[:, 256w … 256w+255] += P_own.V_own + P_peer.V_peer: wgmma m64n256k32 with A (P) from
-//     registers, B = Vt half w. Each WG thus accumulates half of the 512 output columns for all
-//     tokens (64x256 f32 = 128 registers per thread).
-//   - Epilogue: row sums are combined across the two WGs, out = O * kv_scale / (sum + sink term)
-//     as bf16; WG0 writes max_logits and lse (natural log).
+// * WG2, the producer (128 threads, setmaxnreg down to 56 registers): loads the Q tile once, then
+//   gathers the 64 K rows of every block (d_qk bytes each) with 16-byte cp.async into K slot b % 4
+//   (4 slots = two pairs in flight). An invalid entry (idx < 0, idx >= s_kv, or j >= L_i) issues its
+//   cp.async with source size 0: the row is zero-filled and global memory is never read for it.
+//   Completion is tracked by mbarrier k_full[slot] (cp.async.mbarrier.arrive.noinc, plus one plain
+//   arrive per thread that publishes the block's 64-bit validity mask). Indices are loaded 4 blocks
+//   ahead into registers, so no index load latency sits on the gather issue path.
+// * WG0 and WG1, the consumers (setmaxnreg up to 224). WG w owns block 2t+w of pair t for Q.K^T
+//   and the softmax, and output columns d = 256w … 256w+255 for the P.V product of both blocks:
+//   - S = Q.K^T: 64 heads x 64 tokens, d_qk/32 wgmma m64n64k32 e4m3, both operands in shared
+//     memory. S of pair t+1 is issued right behind the P.V of pair t, so the tensor cores run
+//     both back to back.
+//   - Online softmax in the log2 domain. The running row max is shared by both WGs (block maxima
+//     exchanged through shared memory every pair), so both use the same max and rescale factor.
+//   - P (e4m3) is written to shared memory transposed, P^T[64 heads][128 tokens of the pair].
+//   - P.V is computed transposed, O^T = V^T . P^T (M = value columns, N = 64 heads, K = tokens):
+//     FP8 wgmma needs both shared-memory operands K-major (token-contiguous) and cannot transpose,
+//     and V arrives token-major; P^T is naturally K-major, and V^T is fed from registers: one
+//     ldmatrix.x4.trans straight from the K slot plus four prmt build one m64k32 A fragment. So V
+//     is never transposed in shared memory. Per pair each WG issues 4 (M tiles of 64 columns) x 4
+//     (k-steps of 32 tokens) wgmma m64n64k32; O^T is 4 x 32 f32 registers per thread.
+//   - Epilogue: row sums combined across the WGs; out = O * kv_scale / (sum + sink term) -> bf16;
+//     WG0 writes max_logits and lse (natural log).
 //
-// Token order inside a 32-token k-step: the e4m3 A-operand register layout of wgmma (thread
-// holds k = 4*t0 + 0..3 and 16 + 4*t0 + 0..3, t0 = lane % 4) differs from the f32 accumulator layout
-// of S (thread holds columns 8*j + 2*t0 + 0..1). Instead of shuffling P between lanes, the k order
-// is permuted: logical position p = 16*v2 + 4*t0 + v0 holds token 16*v2 + 8*(v0>>1) + 2*t0 + (v0&1).
-// The producer writes Vt in the same permuted token order, so P.V is unchanged.
-// Column order of Vt rows: within each 16-column group, Vt row n holds V column d = 2*(n%8) + n/8
-// (even columns first, then odd ones): that makes the stmatrix stores conflict-free, and in the
-// epilogue each thread then owns 4 consecutive output columns (one 8-byte store).
+// Index permutations (both free, no data movement):
+// * Tokens inside a 32-token k-step: the e4m3 A fragment of thread (g = lane/4, t0 = lane%4) holds
+//   k = 4*t0 + 0..3 and 16 + 4*t0 + 0..3. We let logical position p = 16*v2 + 4*t0 + v hold token
+//   16*v2 + 8*(v>>1) + 2*t0 + (v&1): then (a) ldmatrix.trans (2x2-byte blocks of tokens 2t0, 2t0+1)
+//   gives exactly these tokens, and (b) in the S accumulator (columns 8*j + 2*t0 + 0..1) the 4 bytes
+//   of P^T positions 4*t0 … 4*t0+3 of every 16-token group belong to one thread (one 4-byte store).
+// * Value columns inside a 16-column chunk: A-fragment row g holds column 2g, row g+8 column 2g+1
+//   (what ldmatrix.trans delivers). So thread (g, t0) owns output columns 2g and 2g+1: one packed
+//   bf16x2 store per head.
 //
-// Shared-memory layouts (all "no swizzle" wgmma canonical K-major: core matrix = 8 rows x 16 bytes,
+// Shared-memory layouts (wgmma "no swizzle" canonical K-major: core matrix = 8 rows x 16 bytes,
 // 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
-// * Q and each K slot: [64 rows][d_qk] -> byte (r/8)*(8*d_qk) + (c/16)*128 + (r%8)*16 + c%16;
-//   LBO = 128, SBO = 8*d_qk. A k-step (32 columns) advances the start address by 256 bytes.
-// * Vt block: [512 rows n][64 token positions p] -> (n/8)*512 + (p/16)*128 + (n%8)*16 + p%16;
-//   LBO = 128, SBO = 512; half w (rows 256w…) starts at 16384*w, k-step kb at 256*kb.
+// * Q tile and each K slot: [64 rows][d_qk] -> byte (r/8)*(8*d_qk) + (c/16)*128 + (r%8)*16 + c%16;
+//   LBO = 128, SBO = 8*d_qk; a k-step (32 columns) advances the start address by 256 bytes.
+//   The cp.async of 8 consecutive tokens x 16 bytes fill one core matrix (conflict-free), and the
+//   ldmatrix of 8 consecutive tokens read one.
+// * P^T buffer: [64 heads][128 positions] -> (h/8)*1024 + (p/16)*128 + (h%8)*16 + p%16;
+//   LBO = 128, SBO = 1024; k-step ks at 256*ks. Double-buffered by pair parity.
 //
-// Synchronisation: mbarriers k_full[3] (producer -> consumers, 256 arrivals: 128 cp.async-tracked
-// + 128 plain), k_empty[3] (consumer WG -> producer after its QK wgmma completed, 128), vt_full[2]
-// (producer -> consumers, 128), vt_empty[2] (both consumer WGs -> producer after P.V, 256);
-// named barrier 1 (256 consumer threads) for the max / P / row-sum exchanges, named barrier 2
-// (128 producer threads) before a K slot is refilled. Writers of data that wgmma reads execute
-// fence.proxy.async before releasing it (consumers also fence after acquiring cp.async data).
+// Synchronisation: mbarriers q_full (producer cp.async -> consumers), k_full[4] (producer ->
+// consumers, 256 arrivals: 128 cp.async-tracked + 128 plain), k_empty[4] (both consumer WGs -> producer
+// after the P.V of the pair that read the slot, 256); named barrier 1 (256 consumer threads) for
+// the max / P^T / row-sum exchanges. Writers of data that wgmma reads from shared memory execute
+// fence.proxy.async before releasing it; consumers fence after acquiring cp.async data.
 //
 // Numerics: scores in f32, s2 = dot * sm_scale*q_scale*kv_scale*log2(e); p = ex2.approx(s2 - m);
-// running max starts at -inf (a row with no valid token so far uses 0 as subtrahend, giving p = 0);
+// running max starts at -inf (a row with no valid token so far uses 0 as subtrahend, so p = 0);
 // P re-quantised to e4m3 (satfinite, round to nearest even) for P.V; denominators use f32 p.
+//
+// Measured (H200, CUDA 13.0, median of 20, inputs rotated beyond L2; FLOPs = 2*s_q*h_q*topk*(d_qk+512)):
+// (s_q, s_kv, h_q, d_qk, topk) = (4096, 8k|32k|64k, 128, 576, 2048): 482 | 482 | 478 TFLOP/s;
+// (4096, 8k|32k, 64, 512, 512): 396 | 395 TFLOP/s. torch._scaled_mm e4m3 8192^3 on the same GPU:
+// 1373-1449 TFLOP/s. Timing variants showed the gathers (latency exposed when a pair's K rows are
+// not yet resident) and the lock-step softmax between the two consumer WGs are what is left.
 
 // Parameters of one launch. Mirrored field by field by `SparseMlaParams` in
 // src/ops/sparse_mla/cuda.rs: change both together.
@@ -98,14 +107,13 @@ constexpr int kThreads = 384;          // WG0, WG1: consumers; WG2: producer
 constexpr int kHeadsPerTile = 64;      // wgmma M
 constexpr int kTokensPerBlock = 64;    // tokens per QK tile (wgmma N of Q.K^T)
 constexpr int kDV = 512;               // value width
-constexpr int kKSlots = 3;             // K ring depth (blocks in flight)
-constexpr int kVtBlockBytes = kDV * kTokensPerBlock;   // one transposed V block: 32768
-constexpr int kVtHalfBytes = kVtBlockBytes / 2;        // the 256 rows one consumer WG reads
-constexpr int kPExchangeBytes = 2 * 2 * 128 * 16;      // [wg][k-step][thread][16 B]
-constexpr u32 kConsumerRegs = 232;
-constexpr u32 kProducerRegs = 40;
+constexpr int kKSlots = 4;             // K ring depth: two pairs of blocks in flight
+constexpr int kIndexLead = 4;          // blocks of indices the producer holds in registers
+constexpr int kPairTokens = 2 * kTokensPerBlock;       // 128
+constexpr int kPtBytes = kHeadsPerTile * kPairTokens;  // one P^T buffer: 8192
+constexpr u32 kConsumerRegs = 224;
+constexpr u32 kProducerRegs = 56;
 constexpr int kBarConsumers = 1;       // named barrier: 256 consumer threads
-constexpr int kBarProducer = 2;        // named barrier: 128 producer threads
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -114,25 +122,25 @@ template <int D_QK>
 struct Smem {
     static constexpr int kChunks = D_QK / 16;                  // 16-byte chunks per row
     static constexpr int kRowGroupBytes = 8 * D_QK;            // SBO of Q / K tiles
-    static constexpr int kTileBytes = kHeadsPerTile * D_QK;    // Q tile == K tile (64 rows)
-    static constexpr int kQ = 0;                               // Q tile   [64 heads][D_QK]
-    static constexpr int kK = kQ + kTileBytes;                 // K slots  [3][64 tokens][D_QK]
-    static constexpr int kVt = kK + kKSlots * kTileBytes;      // Vt       [2][512 n][64 p]
-    static constexpr int kP = kVt + 2 * kVtBlockBytes;         // P xchg   [2 wg][2 kb][128][16 B]
-    static constexpr int kMax = kP + kPExchangeBytes;          // f32      [2 wg][64 rows]
-    static constexpr int kSum = kMax + 2 * 64 * 4;             // f32      [2 wg][64 rows]
-    static constexpr int kMask = kSum + 2 * 64 * 4;            // u64      [3 slots] (+pad)
-    static constexpr int kBars = kMask + 32;                   // u64 mbarriers (10, +pad)
+    static constexpr int kTileBytes = kHeadsPerTile * D_QK;    // Q tile == K slot (64 rows)
+    static constexpr int kQ = 0;                               // Q tile  [64 heads][D_QK]
+    static constexpr int kK = kQ + kTileBytes;                 // K slots [4][64 tokens][D_QK]
+    static constexpr int kPt = kK + kKSlots * kTileBytes;      // P^T     [2][64 heads][128 p]
+    static constexpr int kMax = kPt + 2 * kPtBytes;            // f32     [2 wg][64] block maxima
+    static constexpr int kSum = kMax + 2 * 64 * 4;             // f32     [2 wg][64] row sums
+    static constexpr int kAlpha = kSum + 2 * 64 * 4;           // f32     [2][64] rescale factors
+    static constexpr int kScale = kAlpha + 2 * 64 * 4;         // f32     [64] output scales
+    static constexpr int kMask = kScale + 64 * 4;              // u64     [4] validity masks
+    static constexpr int kBars = kMask + kKSlots * 8;          // u64     mbarriers (9, +pad)
     static constexpr int kBytes = kBars + 96;
-    static_assert(kBytes == 256 * D_QK + 74880, "launch-shape formula in the header comment");
+    static_assert(kBytes == 320 * D_QK + 18304, "launch-shape formula in the header comment");
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
 // mbarrier indices inside the barrier area.
-constexpr int kBarKFull = 0;     // [3]
-constexpr int kBarKEmpty = 3;    // [3]
-constexpr int kBarVtFull = 6;    // [2]
-constexpr int kBarVtEmpty = 8;   // [2]
+constexpr int kBarKFull = 0;     // [4]
+constexpr int kBarKEmpty = 4;    // [4]
+constexpr int kBarQFull = 8;
 
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
@@ -199,12 +207,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u3
                  : "memory");
 }
 
-__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
-}
-
 __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 selector) {
     u32 r;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
@@ -236,6 +238,14 @@ __device__ __forceinline__ void fence_regs(float (&r)[N]) {
     }
 }
 
+// Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
+__device__ __forceinline__ void keep_alive(const u32 (&a)[4][4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        asm volatile("" ::"r"(a[k][0]), "r"(a[k][1]), "r"(a[k][2]), "r"(a[k][3]) : "memory");
+    }
+}
+
 // acc[64x64 f32] (+)= A[64x32 e4m3, smem] * B[64x32 e4m3, smem]^T
 __device__ __forceinline__ void wgmma_qk(float (&acc)[32], u64 desc_a, u64 desc_b, u32 accumulate) {
     asm volatile(
@@ -253,51 +263,34 @@ __device__ __forceinline__ void wgmma_qk(float (&acc)[32], u64 desc_a, u64 desc_
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// acc[64x256 f32] += A[64x32 e4m3, registers] * B[256x32 e4m3, smem]^T
-__device__ __forceinline__ void wgmma_pv(float (&acc)[128], const u32 (&a)[4], u64 desc_b,
+// acc[64x64 f32] += A[64x32 e4m3, registers] * B[64x32 e4m3, smem]^T
+__device__ __forceinline__ void wgmma_rs(float (&acc)[32], const u32 (&a)[4], u64 desc_b,
                                          u32 accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n"
-        " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,\n"
-        " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"
-        " {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
+        " {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
           "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
           "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
-          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31]),
-          "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]), "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
-          "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]), "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]),
-          "+f"(acc[48]), "+f"(acc[49]), "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]), "+f"(acc[55]),
-          "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]), "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63]),
-          "+f"(acc[64]), "+f"(acc[65]), "+f"(acc[66]), "+f"(acc[67]), "+f"(acc[68]), "+f"(acc[69]), "+f"(acc[70]), "+f"(acc[71]),
-          "+f"(acc[72]), "+f"(acc[73]), "+f"(acc[74]), "+f"(acc[75]), "+f"(acc[76]), "+f"(acc[77]), "+f"(acc[78]), "+f"(acc[79]),
-          "+f"(acc[80]), "+f"(acc[81]), "+f"(acc[82]), "+f"(acc[83]), "+f"(acc[84]), "+f"(acc[85]), "+f"(acc[86]), "+f"(acc[87]),
-          "+f"(acc[88]), "+f"(acc[89]), "+f"(acc[90]), "+f"(acc[91]), "+f"(acc[92]), "+f"(acc[93]), "+f"(acc[94]), "+f"(acc[95]),
-          "+f"(acc[96]), "+f"(acc[97]), "+f"(acc[98]), "+f"(acc[99]), "+f"(acc[100]), "+f"(acc[101]), "+f"(acc[102]), "+f"(acc[103]),
-          "+f"(acc[104]), "+f"(acc[105]), "+f"(acc[106]), "+f"(acc[107]), "+f"(acc[108]), "+f"(acc[109]), "+f"(acc[110]), "+f"(acc[111]),
-          "+f"(acc[112]), "+f"(acc[113]), "+f"(acc[114]), "+f"(acc[115]), "+f"(acc[116]), "+f"(acc[117]), "+f"(acc[118]), "+f"(acc[119]),
-          "+f"(acc[120]), "+f"(acc[121]), "+f"(acc[122]), "+f"(acc[123]), "+f"(acc[124]), "+f"(acc[125]), "+f"(acc[126]), "+f"(acc[127])
+          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
 // ------------------------------------------------------------------------------------------------
-// Producer warpgroup: gathers K blocks, transposes V blocks.
+// Producer warpgroup: Q tile, then K blocks.
 // ------------------------------------------------------------------------------------------------
 
 template <int D_QK>
 struct Producer {
     using L = Smem<D_QK>;
-    u32 k_base;        // shared address of K slot 0
-    u32 vt_base;       // shared address of Vt block 0
-    u32 bars;          // shared address of the mbarrier area
-    u16* mask16;       // [3 slots][4 warps] validity bits (bit = token within the warp's 16)
+    u32 k_base;          // shared address of K slot 0
+    u32 bars;            // shared address of the mbarrier area
+    u16* mask16;         // [4 slots][4 warps] validity bits (bit = token within the warp's 16)
     const u8* kv;
     const i32* idx_row;  // indices of this query row
     i32 valid_len;       // L_i (clamped)
@@ -305,23 +298,24 @@ struct Producer {
     int warp;            // 0..3 inside the producer WG
     int lane;
 
-    // Issue the gathers of block b into K slot b % 3 and arm k_full[slot].
+    // Index of this thread's token `half` of block b, or -1 past the valid prefix.
+    __device__ __forceinline__ int load_index(int b, int half) const {
+        const int j = b * kTokensPerBlock + 16 * warp + 8 * half + (lane & 7);
+        return j < valid_len ? __ldg(idx_row + j) : -1;
+    }
+
+    // Issue the gathers of block b into K slot b % 4 and arm k_full[slot].
     // Warp w copies tokens 16w … 16w+15; lane = (token % 8) + 8 * (chunk % 4): eight lanes fill
     // one 128-byte core matrix (conflict-free), four lanes read 64 contiguous bytes of a row.
-    __device__ __forceinline__ void issue_block(int b) const {
+    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
         const int slot = b % kKSlots;
         const u32 dst_slot = k_base + slot * L::kTileBytes;
         u32 valid_bits = 0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int token = 16 * warp + 8 * half + (lane & 7);
-            const int j = b * kTokensPerBlock + token;
-            int idx = -1;
-            if (j < valid_len) {
-                idx = __ldg(idx_row + j);
-            }
-            const bool valid = idx >= 0 && idx < s_kv;
-            const u8* src = kv + (valid ? (i64)idx * D_QK : (i64)0) + (lane >> 3) * 16;
+            const bool valid = idx[half] >= 0 && idx[half] < s_kv;
+            const u8* src = kv + (valid ? (i64)idx[half] * D_QK : (i64)0) + (lane >> 3) * 16;
             const u32 src_bytes = valid ? 16u : 0u;
             const u32 dst = dst_slot + (token >> 3) * L::kRowGroupBytes + (token & 7) * 16 +
                             (lane >> 3) * 128;
@@ -339,56 +333,33 @@ struct Producer {
         mbar_arrive(full);  // release of the mask store
     }
 
-    // Transpose the first 512 columns of the K block in slot b % 3 into Vt[b % 2].
-    // Unit = 16 tokens (group G) x 32 columns (chunks c0, c0+1): ldmatrix.x4.trans gives thread
-    // (k = lane%4, cc = lane/4) the 2x2 byte blocks {tokens 2k, 2k+1 | 8+2k, 9+2k} x {columns
-    // 2cc, 2cc+1}; two prmt build the 4 bytes of positions 4k…4k+3 of rows 2cc and 2cc+1; stmatrix
-    // stores them (matrix 0: even columns = rows n 0…7, matrix 1: odd columns = rows n 8…15).
-    __device__ __forceinline__ void transpose_block(int b) const {
-        const u32 src_slot = k_base + (b % kKSlots) * L::kTileBytes;
-        const u32 dst_block = vt_base + (b & 1) * kVtBlockBytes;
-        const int mat = lane >> 3;  // which 8x8 matrix this lane addresses
-        const int row = lane & 7;
-#pragma unroll 4
-        for (int u = 0; u < 16; ++u) {
-            const int unit = warp * 16 + u;
-            const int group = unit & 3;          // 16-token group G
-            const int c0 = (unit >> 2) * 2;      // first of two 16-column chunks
-            const u32 src = src_slot + (2 * group + (mat & 1)) * L::kRowGroupBytes +
-                            (c0 + (mat >> 1)) * 128 + row * 16;
-            u32 r0, r1, r2, r3;
-            ldmatrix_x4_trans(src, r0, r1, r2, r3);
-            const u32 s0 = byte_perm(r0, r1, 0x6420u);  // chunk c0, even column
-            const u32 s1 = byte_perm(r0, r1, 0x7531u);  // chunk c0, odd column
-            const u32 s2 = byte_perm(r2, r3, 0x6420u);  // chunk c0+1, even column
-            const u32 s3 = byte_perm(r2, r3, 0x7531u);  // chunk c0+1, odd column
-            const u32 dst = dst_block + (2 * (c0 + (mat >> 1)) + (mat & 1)) * 512 + group * 128 +
-                            row * 16;
-            stmatrix_x4(dst, s0, s1, s2, s3);
-        }
-    }
-
     __device__ __forceinline__ void run(int num_blocks) const {
-        for (int b = 0; b < num_blocks && b < kKSlots; ++b) {
-            issue_block(b);
+        // Indices are loaded kIndexLead blocks ahead of their gathers, so the issue of a block's
+        // copies never waits for an index load.
+        int idx_queue[kIndexLead][2];
+#pragma unroll
+        for (int k = 0; k < kIndexLead; ++k) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                idx_queue[k][half] = k < num_blocks ? load_index(k, half) : -1;
+            }
         }
         for (int b = 0; b < num_blocks; ++b) {
             const int slot = b % kKSlots;
-            const u32 slot_phase = (u32)(b / kKSlots) & 1u;
-            const int pair = b >> 1;
-            mbar_wait(bars + (kBarKFull + slot) * 8, slot_phase);
-            if (pair >= 1) {
-                mbar_wait(bars + (kBarVtEmpty + (b & 1)) * 8, (u32)(pair - 1) & 1u);
+            if (b >= kKSlots) {
+                // Both consumer WGs finished the pair that used this slot.
+                mbar_wait(bars + (kBarKEmpty + slot) * 8, (u32)(b / kKSlots - 1) & 1u);
             }
-            transpose_block(b);
-            fence_proxy_async();
-            mbar_arrive(bars + (kBarVtFull + (b & 1)) * 8);
-            if (b + kKSlots < num_blocks) {
-                // All producer threads are done reading this slot; the consumer WG of block b is
-                // done with its Q.K^T: refill the slot with block b + 3.
-                named_barrier_sync(kBarProducer, 128);
-                mbar_wait(bars + (kBarKEmpty + slot) * 8, slot_phase);
-                issue_block(b + kKSlots);
+            issue_block(b, idx_queue[0]);
+#pragma unroll
+            for (int k = 0; k + 1 < kIndexLead; ++k) {
+                idx_queue[k][0] = idx_queue[k + 1][0];
+                idx_queue[k][1] = idx_queue[k + 1][1];
+            }
+            const int next = b + kIndexLead;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                idx_queue[kIndexLead - 1][half] = next < num_blocks ? load_index(next, half) : -1;
             }
         }
     }
@@ -412,7 +383,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const u32 smem_base = smem_addr(smem);
     const u32 sq = smem_base + L::kQ;
     const u32 sk = smem_base + L::kK;
-    const u32 svt = smem_base + L::kVt;
+    const u32 spt = smem_base + L::kPt;
     const u32 bars = smem_base + L::kBars;
 
     const int tile = blockIdx.x % p.head_tiles;
@@ -431,18 +402,20 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < kKSlots; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 256);
-            mbar_init(bars + (kBarKEmpty + s) * 8, 128);
+            mbar_init(bars + (kBarKEmpty + s) * 8, 256);
         }
-        for (int s = 0; s < 2; ++s) {
-            mbar_init(bars + (kBarVtFull + s) * 8, 128);
-            mbar_init(bars + (kBarVtEmpty + s) * 8, 256);
-        }
+        mbar_init(bars + kBarQFull * 8, 128);
     }
+    __syncthreads();
 
-    // Q tile -> shared memory (all threads). Heads >= h_q are zero-filled, never read.
-    {
+    if (warp >= 8) {
+        // ---------------------------------------------------------------- producer (WG2)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+        const int pt = threadIdx.x - 256;
+        // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
+        // zero-filled, never read.
         const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
-        for (int e = threadIdx.x; e < kHeadsPerTile * L::kChunks; e += kThreads) {
+        for (int e = pt; num_pairs > 0 && e < kHeadsPerTile * L::kChunks; e += 128) {
             const int r = e / L::kChunks;
             const int c = e % L::kChunks;
             const int head = tile * kHeadsPerTile + r;
@@ -451,17 +424,12 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             cp_async_16(sq + (r >> 3) * L::kRowGroupBytes + c * 128 + (r & 7) * 16, src,
                         valid ? 16u : 0u);
         }
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-        fence_proxy_async();
-    }
-    __syncthreads();
+        if (num_pairs > 0) {
+            mbar_arrive_cp_async(bars + kBarQFull * 8);
+        }
 
-    if (warp >= 8) {
-        // ---------------------------------------------------------------- producer (WG2)
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
         Producer<D_QK> producer;
         producer.k_base = sk;
-        producer.vt_base = svt;
         producer.bars = bars;
         producer.mask16 = reinterpret_cast<u16*>(smem + L::kMask);
         producer.kv = p.kv;
@@ -477,55 +445,80 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     // -------------------------------------------------------------------- consumers (WG0, WG1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
     const int wg = warp >> 2;            // 0 or 1
-    const int tw = threadIdx.x & 127;    // thread inside the warpgroup
-    const int wwarp = tw >> 5;           // warp inside the warpgroup
+    const int wwarp = warp & 3;          // warp inside the warpgroup
     const int g = lane >> 2;             // accumulator row inside the warp's 16 rows
     const int t0 = lane & 3;             // accumulator column pair
-    const int row0 = 16 * wwarp + g;     // this thread's rows: row0, row0 + 8
+    const int row0 = 16 * wwarp + g;     // S rows (heads) of this thread: row0, row0 + 8
 
-    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);   // [2][64]
-    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);   // [2][64]
+    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);     // [2][64]
+    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);     // [2][64]
+    float* alpha_buf = reinterpret_cast<float*>(smem + L::kAlpha);  // [2][64]
+    float* scale_buf = reinterpret_cast<float*>(smem + L::kScale);  // [64]
     const u64* mask64 = reinterpret_cast<const u64*>(smem + L::kMask);
-    uint4* p_xchg = reinterpret_cast<uint4*>(smem + L::kP);       // [2 wg][2 kb][128]
 
     const float q_scale = __ldg(p.q_scale);
     const float kv_scale = __ldg(p.kv_scale);
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
-
     const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
-    // B descriptors of this WG's output half in the own / peer Vt block.
-    const u64 vt_own_desc = make_smem_desc(svt + wg * kVtBlockBytes + wg * kVtHalfBytes, 128, 512);
-    const u64 vt_peer_desc =
-        make_smem_desc(svt + (1 - wg) * kVtBlockBytes + wg * kVtHalfBytes, 128, 512);
+    // This warp's 16-byte column chunk of V inside an M tile: c = 16*wg + 4*mt + wwarp.
+    const u32 v_lane_off = (u32)(lane >> 4) * 2 * L::kRowGroupBytes +
+                           (u32)((lane >> 3) & 1) * L::kRowGroupBytes +
+                           (u32)(16 * wg + wwarp) * 128 + (u32)(lane & 7) * 16;
 
-    float o[128];
+    float o[4][32];  // O^T: [M tile][accumulator]; row = value column, column = head
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[mt][i] = 0.f;
+    }
     float m_run[2] = {-pos_inf(), -pos_inf()};
     float l_run[2] = {0.f, 0.f};
-    float s[32];
+    float s_cur[32], s_next[32];
+    u64 mask_cur = 0, mask_next = 0;
 
-    for (int t = 0; t < num_pairs; ++t) {
-        const int b = 2 * t + wg;
+    // Issue S = Q . K^T of block b (asynchronous); returns its validity mask.
+    auto issue_qk = [&](float (&acc)[32], int b) -> u64 {
         const int slot = b % kKSlots;
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
         fence_proxy_async();
         const u64 mask = mask64[slot];
-
-        // S = Q . K^T
         const u64 k_desc = make_smem_desc(sk + slot * L::kTileBytes, 128, L::kRowGroupBytes);
-        fence_regs(s);
+        fence_regs(acc);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < D_QK / 32; ++ks) {
-            wgmma_qk(s, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16), ks > 0 ? 1u : 0u);
+            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16), ks > 0 ? 1u : 0u);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
-        mbar_arrive(bars + (kBarKEmpty + slot) * 8);
+        return mask;
+    };
 
-        // Scale, mask, block row maxima.
+    // One m64k32 A fragment of V^T: value columns of this warp's chunk in M tile mt, tokens
+    // 32*(ks%2) … +31 of the K slot at k_slot_addr, in the permuted order of the header.
+    auto load_v_fragment = [&](u32 (&a)[4], u32 k_slot_addr, int mt, int ks) {
+        u32 r0, r1, r2, r3;
+        ldmatrix_x4_trans(k_slot_addr + (u32)(ks & 1) * 4 * L::kRowGroupBytes + v_lane_off +
+                              (u32)mt * 4 * 128,
+                          r0, r1, r2, r3);
+        a[0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens of group 0
+        a[1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens of group 0
+        a[2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens of group 1
+        a[3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens of group 1
+    };
+
+    if (num_pairs > 0) {
+        mbar_wait(bars + kBarQFull * 8, 0);
+        fence_proxy_async();
+        mask_cur = issue_qk(s_cur, wg);
+    }
+
+    for (int t = 0; t < num_pairs; ++t) {
+        const int own_block = 2 * t + wg;
+        const int peer_block = 2 * t + 1 - wg;
+        wgmma_wait<0>();
+        fence_regs(s_cur);
+
+        // ---- softmax of own block: scale, mask, block row maxima
         float bmax[2] = {-pos_inf(), -pos_inf()};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -534,9 +527,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
 #pragma unroll
                 for (int v = 0; v < 2; ++v) {
                     const int col = 8 * j + 2 * t0 + v;
-                    float x = s[4 * j + 2 * h + v] * score_scale;
-                    x = ((mask >> col) & 1ull) ? x : -pos_inf();
-                    s[4 * j + 2 * h + v] = x;
+                    float x = s_cur[4 * j + 2 * h + v] * score_scale;
+                    x = ((mask_cur >> col) & 1ull) ? x : -pos_inf();
+                    s_cur[4 * j + 2 * h + v] = x;
                     bmax[h] = fmaxf(bmax[h], x);
                 }
             }
@@ -560,64 +553,105 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             alpha[h] = fast_exp2(m_run[h] - m_sub[h]);
             m_run[h] = m_new;
         }
+        float* alpha_t = alpha_buf + (t & 1) * 64;
+        if (wg == 0 && t0 == 0) {
+            alpha_t[row0] = alpha[0];
+            alpha_t[row0 + 8] = alpha[1];
+        }
 
-        // p = 2^(s - m); row sums; e4m3 A fragments (see the token-order note in the header).
+        // ---- p = 2^(s - m), row sums, P^T (e4m3) -> shared memory
         float rsum[2] = {0.f, 0.f};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const int h = (i >> 1) & 1;
-            s[i] = fast_exp2(s[i] - m_sub[h]);
-            rsum[h] += s[i];
+            s_cur[i] = fast_exp2(s_cur[i] - m_sub[h]);
+            rsum[h] += s_cur[i];
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rsum[h];
-
-        u32 a_own[2][4];
+        {
+            u8* pt = smem + L::kPt + (t & 1) * kPtBytes;
 #pragma unroll
-        for (int kb = 0; kb < 2; ++kb) {
-            const int base = 16 * kb;
+            for (int grp = 0; grp < 4; ++grp) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                // r: bit0 = row +8 (h), bit1 = second 16 tokens of the k-step
-                const int i0 = base + 8 * (r >> 1) + 2 * (r & 1);
-                a_own[kb][r] = (u32)pack_e4m3x2(s[i0], s[i0 + 1]) |
-                               ((u32)pack_e4m3x2(s[i0 + 4], s[i0 + 5]) << 16);
+                for (int h = 0; h < 2; ++h) {
+                    const int i0 = 4 * (2 * grp) + 2 * h;
+                    const int i1 = 4 * (2 * grp + 1) + 2 * h;
+                    const u32 word = (u32)pack_e4m3x2(s_cur[i0], s_cur[i0 + 1]) |
+                                     ((u32)pack_e4m3x2(s_cur[i1], s_cur[i1 + 1]) << 16);
+                    const int head = row0 + 8 * h;
+                    *reinterpret_cast<u32*>(pt + (head >> 3) * 1024 + (4 * wg + grp) * 128 +
+                                            (head & 7) * 16 + 4 * t0) = word;
+                }
             }
-            p_xchg[(wg * 2 + kb) * 128 + tw] =
-                make_uint4(a_own[kb][0], a_own[kb][1], a_own[kb][2], a_own[kb][3]);
         }
-
-        // Rescale the output accumulator (skipped while the max is unchanged for the warp).
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-        }
-
+        fence_proxy_async();  // P^T is read by wgmma (async proxy)
         named_barrier_sync(kBarConsumers, 256);
-        u32 a_peer[2][4];
+
+        // ---- rescale O^T: its columns are heads 8j + 2*t0 + v
+        {
+            float a_col[8][2];
+            bool any = false;
 #pragma unroll
-        for (int kb = 0; kb < 2; ++kb) {
-            const uint4 v = p_xchg[((1 - wg) * 2 + kb) * 128 + tw];
-            a_peer[kb][0] = v.x;
-            a_peer[kb][1] = v.y;
-            a_peer[kb][2] = v.z;
-            a_peer[kb][3] = v.w;
+            for (int j = 0; j < 8; ++j) {
+                const float2 a2 = *reinterpret_cast<const float2*>(alpha_t + 8 * j + 2 * t0);
+                a_col[j][0] = a2.x;
+                a_col[j][1] = a2.y;
+                any |= a2.x != 1.f || a2.y != 1.f;
+            }
+            if (__any_sync(0xffffffffu, any)) {
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) o[mt][i] *= a_col[i >> 2][i & 1];
+                }
+            }
         }
 
-        // O[:, half wg] += P_own . V_own + P_peer . V_peer
-        mbar_wait(bars + (kBarVtFull + 0) * 8, (u32)t & 1u);
-        mbar_wait(bars + (kBarVtFull + 1) * 8, (u32)t & 1u);
-        fence_regs(o);
-        wgmma_fence();
-        wgmma_pv(o, a_own[0], vt_own_desc, 1u);
-        wgmma_pv(o, a_own[1], vt_own_desc + 16, 1u);
-        wgmma_pv(o, a_peer[0], vt_peer_desc, 1u);
-        wgmma_pv(o, a_peer[1], vt_peer_desc + 16, 1u);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-        mbar_arrive(bars + (kBarVtEmpty + 0) * 8);
-        mbar_arrive(bars + (kBarVtEmpty + 1) * 8);
+        // ---- O^T[:, d 256wg…] += V^T . P^T over the 128 tokens of the pair
+        mbar_wait(bars + (kBarKFull + peer_block % kKSlots) * 8,
+                  (u32)(peer_block / kKSlots) & 1u);
+        const u32 slot0 = sk + ((2 * t) % kKSlots) * L::kTileBytes;       // block 2t
+        const u32 slot1 = sk + ((2 * t + 1) % kKSlots) * L::kTileBytes;   // block 2t+1
+        const u64 pt_desc = make_smem_desc(spt + (t & 1) * kPtBytes, 128, 1024);
+        u32 frag[2][4][4];  // [buffer][k-step][register]
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+            u32 (&fr)[4][4] = frag[mt & 1];
+            if (mt >= 2) {
+                wgmma_wait<1>();  // the M tile that used this fragment buffer is done
+                keep_alive(fr);   // ... so only now may its registers be reused
+            }
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                load_v_fragment(fr[ks], ks < 2 ? slot0 : slot1, mt, ks);
+            }
+            fence_regs(o[mt]);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                wgmma_rs(o[mt], fr[ks], pt_desc + (u64)(ks * 16), 1u);
+            }
+            wgmma_commit();
+        }
+        // S of the next pair queues behind this P.V on the tensor cores. Issuing it only now
+        // (not before the softmax) gives the gathers of pair t+1 a whole pair of lead time: the
+        // K slots of pair t+1 are refilled when pair t-1 completes.
+        if (t + 1 < num_pairs) {
+            mask_next = issue_qk(s_next, own_block + 2);
+        }
+        wgmma_wait<0>();  // P.V of this pair and S of the next one are complete
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) fence_regs(o[mt]);
+        fence_regs(s_next);
+        keep_alive(frag[0]);
+        keep_alive(frag[1]);
+        mbar_arrive(bars + (kBarKEmpty + (2 * t) % kKSlots) * 8);
+        mbar_arrive(bars + (kBarKEmpty + (2 * t + 1) % kKSlots) * 8);
+
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
+        mask_cur = mask_next;
     }
 
     // ---------------------------------------------------------------- epilogue
@@ -631,32 +665,42 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         sum_xchg[wg * 64 + row0 + 8] = l_run[1];
     }
     named_barrier_sync(kBarConsumers, 256);
+    if (wg == 0 && t0 == 0) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int head = tile * kHeadsPerTile + row0 + 8 * h;
-        if (head >= p.h_q) continue;
-        const float l_total = l_run[h] + sum_xchg[(1 - wg) * 64 + row0 + 8 * h];
-        const bool empty = m_run[h] == -pos_inf();
-        float denom = l_total;
-        if (HAVE_SINK) {
-            denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[h]));
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 8 * h;
+            const int head = tile * kHeadsPerTile + row;
+            const float l_total = l_run[h] + sum_xchg[64 + row];
+            const bool empty = m_run[h] == -pos_inf();
+            float denom = l_total;
+            if (HAVE_SINK && head < p.h_q) {
+                denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[h]));
+            }
+            scale_buf[row] = empty ? 0.f : kv_scale / denom;
+            if (head < p.h_q) {
+                const i64 out_row = (i64)row_i * p.h_q + head;
+                p.max_logits[out_row] = empty ? -pos_inf() : m_run[h] * kLn2;
+                p.lse[out_row] = empty ? pos_inf() : (m_run[h] + log2f(l_total)) * kLn2;
+            }
         }
-        const float out_scale = empty ? 0.f : kv_scale / denom;
-        const i64 out_row = (i64)row_i * p.h_q + head;
-        bf16_t* out = p.out + out_row * kDV + wg * 256 + 4 * t0;
+    }
+    named_barrier_sync(kBarConsumers, 256);
+    // Thread owns value columns d = 256*wg + 64*mt + 16*wwarp + 2g (+1) of heads 8j + 2*t0 + v.
+    const int d0 = 256 * wg + 16 * wwarp + 2 * g;
 #pragma unroll
-        for (int c = 0; c < 16; ++c) {
-            // Accumulator groups j = 2c (even output columns) and 2c+1 (odd ones) of 16 columns.
-            const float* even = &o[4 * (2 * c) + 2 * h];
-            const float* odd = &o[4 * (2 * c + 1) + 2 * h];
-            uint2 v;
-            v.x = pack_bf16x2(even[0] * out_scale, odd[0] * out_scale);
-            v.y = pack_bf16x2(even[1] * out_scale, odd[1] * out_scale);
-            *reinterpret_cast<uint2*>(out + 16 * c) = v;
-        }
-        if (wg == 0 && t0 == 0) {
-            p.max_logits[out_row] = empty ? -pos_inf() : m_run[h] * kLn2;
-            p.lse[out_row] = empty ? pos_inf() : (m_run[h] + log2f(l_total)) * kLn2;
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int row = 8 * j + 2 * t0 + v;
+            const int head = tile * kHeadsPerTile + row;
+            if (head >= p.h_q) continue;
+            const float sc = scale_buf[row];
+            bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+                *reinterpret_cast<u32*>(out + 64 * mt) =
+                    pack_bf16x2(o[mt][4 * j + v] * sc, o[mt][4 * j + 2 + v] * sc);
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ for line in open(log):
     print(f"bundled {prefix}{name}")
 PY
 cp scripts/gpu-run.sh "$out/run.sh"
+cp scripts/fp8_matmul_rate.py "$out/"
 chmod +x "$out/run.sh"
 rm -f "$log"
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

@@ -97,7 +97,7 @@ impl MlaHeadDim for Dim<576> {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` query heads is not a positive multiple of 64",
     label = "the sparse MLA prefill runs 64-head tiles: H_Q must be 64, 128, … (up to 1024)",
-    note = "declare the padded count with `PaddedHeads::<REAL>` (for example 16 heads per rank run as one 64-head tile; the library pads, the caller passes the real heads)"
+    note = "name the padded count and the real one: `SparseMlaPrefill<D_QK, 64, TOPK, Plain, 16>` runs 16 real heads as one 64-head tile (the kernel pads; the caller passes the real heads)"
 )]
 pub trait HeadTile {
     /// 64-head tiles, `H_Q / 64`.

@@ -48,7 +48,9 @@ pub fn copy_bandwidth_gbs(g: &Cuda) -> f64 {
     let n = 1usize << 31; // 2 GiB
     let src = g.stream().alloc_zeros::<u8>(n).unwrap();
     let mut dst = g.stream().alloc_zeros::<u8>(n).unwrap();
-    let us = time_us(g, 3, 15, |_| g.stream().memcpy_dtod(&src, &mut dst).unwrap());
+    let us = time_us(g, 3, 15, |_| {
+        g.stream().memcpy_dtod(&src, &mut dst).unwrap()
+    });
     2.0 * n as f64 / (us * 1e-6) / 1e9
 }
 
@@ -64,7 +66,11 @@ pub fn write_json(file: &str, records: &[Record]) {
     let body: Vec<String> = records
         .iter()
         .map(|r| {
-            let fields: Vec<String> = r.fields.iter().map(|(k, v)| format!("\"{k}\": {v}")).collect();
+            let fields: Vec<String> = r
+                .fields
+                .iter()
+                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .collect();
             format!("  {{\"name\": \"{}\", {}}}", r.name, fields.join(", "))
         })
         .collect();

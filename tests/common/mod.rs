@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod prologue;
+pub mod sparse_mla;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -7,7 +7,7 @@ use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, LaunchShape};
 use crate::error::Result;
 
-/// Threads per CTA: a producer warpgroup and two consumer warpgroups.
+/// Threads per CTA: two consumer warpgroups and a producer warpgroup (`sparse_mla::kThreads`).
 const THREADS: u32 = 384;
 
 /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
@@ -35,10 +35,10 @@ pub struct SparseMlaParams {
 /// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>`.
 pub struct SparseMlaKernel<const D_QK: usize, O>(PhantomData<O>);
 
-/// Dynamic shared memory of one CTA (mirrors the kernel source's layout).
+/// Dynamic shared memory of one CTA, `320·D_QK + 18304` bytes (the kernel asserts the same
+/// formula against its layout: Q tile, four K slots, two P^T buffers, barriers and statistics).
 pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
-    let _ = d_qk;
-    0
+    (320 * d_qk + 18304) as u32
 }
 
 impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaKernel<D_QK, O> {
