@@ -13,25 +13,28 @@ use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::Mxfp8KvCache;
-use shapeproof::model::TensorParallel;
 use shapeproof::ops::prologue::*;
 use shapeproof::rules::Mxfp8Width;
 use shapeproof::tensor::Tensor;
 
-/// Inkling's attention: 64 q heads; 8 KV heads on global layers, 16 on sliding-window layers.
-const TP: usize = 8;
-const HQ: usize = TensorParallel::<TP>::heads_per_rank::<64>();
-const HKV_GLOBAL: usize = TensorParallel::<TP>::kv_heads_per_rank::<8>();
-const HKV_SWA: usize = TensorParallel::<TP>::kv_heads_per_rank::<16>();
-const DRAFT_TOKENS: usize = 4;
-const PAGE: usize = 128;
+shapeproof::model! {
+    /// Inkling at tensor-parallel degree 8 with the MXFP8 KV store, from its config file.
+    pub mod inkling_tp8 {
+        config: "examples/models/inkling.json",
+        tensor_parallel: 8,
+        page_size: 128,
+        kv_store: mxfp8,
+    }
+}
 
-// Per-rank widths and packed rows [q | k | v | 16 relative-position features per q head].
-type GlobalRow = PackedRow<1408, 0, 1024, 1152>;
-type SwaRow = PackedRow<1664, 0, 1024, 1280>;
-type GlobalLayer =
-    Mxfp8Prologue<Verify, { HQ * 128 }, { HKV_GLOBAL * 128 }, GlobalRow, InklingConv, PAGE>;
-type SwaLayer = Mxfp8Prologue<Verify, { HQ * 128 }, { HKV_SWA * 128 }, SwaRow, InklingConv, PAGE>;
+use inkling_tp8::{global, sliding};
+
+const DRAFT_TOKENS: usize = 4;
+const PAGE: usize = inkling_tp8::global::PAGE;
+const TP: usize = inkling_tp8::TENSOR_PARALLEL;
+const HQ: usize = global::HQ;
+type GlobalLayer = global::VerifyPrologue;
+type SwaLayer = sliding::VerifyPrologue;
 
 /// One layer's state and one verify batch, on backend `B`.
 struct Layer<B: Backend, const DKV: usize, L> {
@@ -256,7 +259,9 @@ fn cpu_layer<const DKV: usize, L: QkvrLayout>(
 
 fn main() {
     println!(
-        "Inkling verify prologue, TP{TP}: {HQ} q heads per rank; KV heads {HKV_GLOBAL} (global), {HKV_SWA} (sliding window); MXFP8 KV store, page {PAGE}"
+        "Inkling verify prologue, TP{TP}: {HQ} q heads per rank; KV heads {} (global), {} (sliding window); MXFP8 KV store, page {PAGE}",
+        global::HKV,
+        sliding::HKV
     );
     match Cuda::new(0) {
         Ok(g) => {

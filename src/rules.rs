@@ -95,7 +95,7 @@ impl MlaHeadDim for Dim<576> {}
 
 /// A query-head count the sparse MLA prefill can tile: a positive multiple of 64.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` query heads is not a positive multiple of 64",
+    message = "query-head count `{Self}` is not a positive multiple of 64",
     label = "the sparse MLA prefill runs 64-head tiles: H_Q must be 64, 128, … (up to 1024)",
     note = "name the padded count and the real one: `SparseMlaPrefill<D_QK, 64, TOPK, Plain, 16>` runs 16 real heads as one 64-head tile (the kernel pads; the caller passes the real heads)"
 )]
@@ -107,7 +107,7 @@ pub trait HeadTile {
 /// A real query-head count (`Self`) that the padded head count `H_Q` holds:
 /// `H_Q - 64 < HEADS <= H_Q`.
 #[diagnostic::on_unimplemented(
-    message = "{Self} real query heads do not pad to {H_Q} query heads",
+    message = "real query-head count `{Self}` does not pad to {H_Q} heads",
     label = "the real head count must satisfy H_Q - 64 < HEADS <= H_Q",
     note = "H_Q is the real head count rounded up to a multiple of 64 (16 -> 64, 128 -> 128)"
 )]

@@ -2,9 +2,11 @@
 //! 64, 80 (two tiles) and 128 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element
-//! compared. Tolerances (spec §3.3; the kernel re-quantizes P to e4m3): out 8e-2 abs + 8e-2 rel,
-//! max_logits 1e-2 abs + 1e-3 rel, lse 2e-3 abs + 1e-3 rel (the relative parts cover scores of
-//! magnitude ~50 from N(0, 1) inputs, where f32 accumulation order matters).
+//! compared. Tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
+//! inputs beyond the spec's N(0, 0.05²) by what the algorithm itself permits: out also by
+//! 2^-4 · max|v| (the e4m3 re-quantization of each softmax weight P, a relative error of at most
+//! 2^-4, bounds the output error by that fraction of the largest value), max_logits and lse also by
+//! 2e-3 relative (scores of magnitude ~10–50 accumulated by the FP8 tensor cores).
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -17,7 +19,7 @@ fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
 }
 
-fn compare(what: &str, g: &MlaObserved, c: &MlaObserved) {
+fn compare(what: &str, g: &MlaObserved, c: &MlaObserved, v_max: f32) {
     let check = |name: &str, a: &[f32], b: &[f32], atol: f32, rtol: f32| {
         let mut worst = (0.0f32, 0usize);
         for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
@@ -44,9 +46,9 @@ fn compare(what: &str, g: &MlaObserved, c: &MlaObserved) {
     };
     let go: Vec<f32> = g.out.iter().map(|v| v.to_f32()).collect();
     let co: Vec<f32> = c.out.iter().map(|v| v.to_f32()).collect();
-    let o = check("out", &go, &co, 8e-2, 8e-2);
-    let m = check("max_logits", &g.max_logits, &c.max_logits, 1e-2, 1e-3);
-    let l = check("lse", &g.lse, &c.lse, 2e-3, 1e-3);
+    let o = check("out", &go, &co, 8e-2 + v_max / 16.0, 8e-2);
+    let m = check("max_logits", &g.max_logits, &c.max_logits, 1e-2, 2e-3);
+    let l = check("lse", &g.lse, &c.lse, 2e-3, 2e-3);
     eprintln!("ok: {what}: worst fraction of tolerance out {o:.3} max_logits {m:.3} lse {l:.3}");
 }
 
@@ -60,7 +62,20 @@ macro_rules! case {
                 let sc = MlaScenario::random(&mut rng, $s_q, $s_kv, $heads, $d, $topk, $std, $sm);
                 let gs = run::<Cuda, $d, $hq, $topk, $heads>(&g, &sc, variant);
                 let cs = run::<Cpu, $d, $hq, $topk, $heads>(&Cpu, &sc, variant);
-                compare(&format!("{} {variant:?}", stringify!($test)), &gs, &cs);
+                // Largest dequantized value a row can average over.
+                let v_max = sc
+                    .kv
+                    .chunks_exact($d)
+                    .flat_map(|row| &row[..512])
+                    .map(|v| shapeproof::dtype::e4m3_to_f32(*v).abs())
+                    .fold(0.0f32, f32::max)
+                    * sc.kv_scale;
+                compare(
+                    &format!("{} {variant:?}", stringify!($test)),
+                    &gs,
+                    &cs,
+                    v_max,
+                );
             }
         }
     };
