@@ -78,16 +78,15 @@ fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> 
     .unwrap()
 }
 
-fn verify_batch(
-    g: &Cuda,
-    rng: &mut StdRng,
-    tokens: usize,
-) -> (
-    VerifyBatch<Cuda, Row>,
-    VerifyWindows<Cuda, DKV, Conv>,
-    ConvState<Cuda, DKV, Conv>,
-    usize,
-) {
+/// The store-independent part of a verify batch.
+struct VerifyParts {
+    batch: VerifyBatch<Cuda, Row>,
+    windows: VerifyWindows<Cuda, DKV, Conv>,
+    conv: ConvState<Cuda, DKV, Conv>,
+    pages: usize,
+}
+
+fn verify_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> VerifyParts {
     let seqs = tokens / Q;
     let qkvr: Vec<bf16> = (0..tokens * 1408)
         .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
@@ -114,11 +113,21 @@ fn verify_batch(
     .unwrap();
     let windows = VerifyWindows::zeros(g, seqs, Q).unwrap();
     let conv = ConvState::zeros(g, seqs).unwrap();
-    (batch, windows, conv, slots / PAGE)
+    VerifyParts {
+        batch,
+        windows,
+        conv,
+        pages: slots / PAGE,
+    }
 }
 
 fn bf16_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> Batch<Bf16Store<PAGE>> {
-    let (batch, windows, conv, pages) = verify_batch(g, rng, tokens);
+    let VerifyParts {
+        batch,
+        windows,
+        conv,
+        pages,
+    } = verify_batch(g, rng, tokens);
     Batch {
         batch,
         windows,
@@ -129,7 +138,12 @@ fn bf16_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> Batch<Bf16Store<PAGE
 }
 
 fn mxfp8_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> Batch<Mxfp8Store<PAGE>> {
-    let (batch, windows, conv, pages) = verify_batch(g, rng, tokens);
+    let VerifyParts {
+        batch,
+        windows,
+        conv,
+        pages,
+    } = verify_batch(g, rng, tokens);
     Batch {
         batch,
         windows,
