@@ -190,6 +190,55 @@ impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
     }
 }
 
+/// What every variant's batch contributes to a call.
+struct BatchRefs<'a, B: Backend> {
+    tokens: usize,
+    seqs: usize,
+    qkvr: &'a B::Buffer<bf16>,
+    cache_indices: &'a B::Buffer<i32>,
+    cache_mask: &'a B::Buffer<u8>,
+    tau: Option<&'a B::Buffer<f32>>,
+    loc: &'a B::Buffer<i64>,
+}
+
+/// Ties the outputs to the batch and flattens everything into one call.
+fn assemble<'a, B: Backend, const HD: usize, const DKV: usize, C: ConvSpec>(
+    batch: BatchRefs<'a, B>,
+    weights: &'a PrologueWeights<B, HD, DKV, C>,
+    conv: &'a mut ConvState<B, DKV, C>,
+    out: &'a mut impl Outputs<B>,
+    kv: KvTarget<'a, B>,
+    variant: VariantArgs<'a, B>,
+    errors: Option<&'a mut ErrorCounter<B>>,
+) -> Result<PrologueCall<'a, B>> {
+    check_outputs(out, batch.tokens)?;
+    let (q, k_out, v_out) = out.targets();
+    let conv_slots = conv.slots();
+    Ok(PrologueCall {
+        tokens: batch.tokens,
+        seqs: batch.seqs,
+        qkvr: batch.qkvr,
+        q_gamma: weights.q_gamma.buffer(),
+        k_gamma: weights.k_gamma.buffer(),
+        k_weight: weights.k_weight.buffer(),
+        v_weight: weights.v_weight.buffer(),
+        eps: weights.eps,
+        k_cache: conv.k.buffer_mut(),
+        v_cache: conv.v.buffer_mut(),
+        conv_slots,
+        cache_indices: batch.cache_indices,
+        cache_mask: batch.cache_mask,
+        tau: batch.tau,
+        loc: batch.loc,
+        q,
+        k_out,
+        v_out,
+        kv,
+        variant,
+        bad_index_count: errors.map(|e| e.count.buffer_mut()),
+    })
+}
+
 fn check_outputs<B: Backend>(out: &impl Outputs<B>, tokens: usize) -> Result<()> {
     for (param, rows) in out.rows() {
         Error::check_extent(param, "tokens", tokens, rows)?;
@@ -221,7 +270,6 @@ where
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
-        check_outputs(out, batch.tokens())?;
         Error::check_extent(
             "k_inter",
             "draft tokens per sequence",
@@ -236,37 +284,31 @@ where
                 actual: windows.capacity(),
             });
         }
-        let capacity = windows.capacity();
-        let (q, k_out, v_out) = out.targets();
-        let conv_slots = conv.slots();
-        backend.prologue::<Self>(PrologueCall {
+        let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.seqs(),
             qkvr: batch.qkvr.buffer(),
-            q_gamma: weights.q_gamma.buffer(),
-            k_gamma: weights.k_gamma.buffer(),
-            k_weight: weights.k_weight.buffer(),
-            v_weight: weights.v_weight.buffer(),
-            eps: weights.eps,
-            k_cache: conv.k.buffer_mut(),
-            v_cache: conv.v.buffer_mut(),
-            conv_slots,
             cache_indices: batch.cache_indices.buffer(),
             cache_mask: batch.cache_mask.buffer(),
             tau: batch.tau.as_ref().map(|t| t.buffer()),
             loc: batch.loc.buffer(),
-            q,
-            k_out,
-            v_out,
-            kv: kv.target(),
-            variant: VariantArgs::Verify {
-                draft_tokens: batch.draft_tokens(),
-                k_inter: windows.k.buffer_mut(),
-                v_inter: windows.v.buffer_mut(),
-                capacity,
-            },
-            bad_index_count: errors.map(|e| e.count.buffer_mut()),
-        })
+        };
+        let capacity = windows.capacity();
+        let variant = VariantArgs::Verify {
+            draft_tokens: batch.draft_tokens(),
+            k_inter: windows.k.buffer_mut(),
+            v_inter: windows.v.buffer_mut(),
+            capacity,
+        };
+        backend.prologue::<Self>(assemble(
+            refs,
+            weights,
+            conv,
+            out,
+            kv.target(),
+            variant,
+            errors,
+        )?)
     }
 }
 
@@ -293,42 +335,35 @@ where
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
-        check_outputs(out, batch.tokens())?;
-        let (q, k_out, v_out) = out.targets();
-        let conv_slots = conv.slots();
-        backend.prologue::<Self>(PrologueCall {
+        let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.seqs(),
             qkvr: batch.qkvr.buffer(),
-            q_gamma: weights.q_gamma.buffer(),
-            k_gamma: weights.k_gamma.buffer(),
-            k_weight: weights.k_weight.buffer(),
-            v_weight: weights.v_weight.buffer(),
-            eps: weights.eps,
-            k_cache: conv.k.buffer_mut(),
-            v_cache: conv.v.buffer_mut(),
-            conv_slots,
             cache_indices: batch.cache_indices.buffer(),
             cache_mask: batch.cache_mask.buffer(),
             tau: batch.tau.as_ref().map(|t| t.buffer()),
             loc: batch.loc.buffer(),
-            q,
-            k_out,
-            v_out,
-            kv: kv.target(),
-            variant: VariantArgs::Extend {
-                cu_seqlens: batch.cu_seqlens.buffer(),
-                seq_of_token: batch.seq_of_token.buffer(),
-                has_initial_state: batch.has_initial_state.buffer(),
-                track: batch.track.as_ref().map(|t| ExtendTrackRef {
-                    rows: t.rows.buffer(),
-                    mask: t.mask.buffer(),
-                    dst: t.dst.buffer(),
-                }),
-                update_conv_state: batch.update_conv_state,
-            },
-            bad_index_count: errors.map(|e| e.count.buffer_mut()),
-        })
+        };
+        let variant = VariantArgs::Extend {
+            cu_seqlens: batch.cu_seqlens.buffer(),
+            seq_of_token: batch.seq_of_token.buffer(),
+            has_initial_state: batch.has_initial_state.buffer(),
+            track: batch.track.as_ref().map(|t| ExtendTrackRef {
+                rows: t.rows.buffer(),
+                mask: t.mask.buffer(),
+                dst: t.dst.buffer(),
+            }),
+            update_conv_state: batch.update_conv_state,
+        };
+        backend.prologue::<Self>(assemble(
+            refs,
+            weights,
+            conv,
+            out,
+            kv.target(),
+            variant,
+            errors,
+        )?)
     }
 }
 
@@ -355,36 +390,29 @@ where
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
-        check_outputs(out, batch.tokens())?;
-        let (q, k_out, v_out) = out.targets();
-        let conv_slots = conv.slots();
-        backend.prologue::<Self>(PrologueCall {
+        let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.tokens(),
             qkvr: batch.qkvr.buffer(),
-            q_gamma: weights.q_gamma.buffer(),
-            k_gamma: weights.k_gamma.buffer(),
-            k_weight: weights.k_weight.buffer(),
-            v_weight: weights.v_weight.buffer(),
-            eps: weights.eps,
-            k_cache: conv.k.buffer_mut(),
-            v_cache: conv.v.buffer_mut(),
-            conv_slots,
             cache_indices: batch.cache_indices.buffer(),
             cache_mask: batch.cache_mask.buffer(),
             tau: batch.tau.as_ref().map(|t| t.buffer()),
             loc: batch.loc.buffer(),
-            q,
-            k_out,
-            v_out,
-            kv: kv.target(),
-            variant: VariantArgs::Decode {
-                track: batch.track.as_ref().map(|t| DecodeTrackRef {
-                    mask: t.mask.buffer(),
-                    indices: t.indices.buffer(),
-                }),
-            },
-            bad_index_count: errors.map(|e| e.count.buffer_mut()),
-        })
+        };
+        let variant = VariantArgs::Decode {
+            track: batch.track.as_ref().map(|t| DecodeTrackRef {
+                mask: t.mask.buffer(),
+                indices: t.indices.buffer(),
+            }),
+        };
+        backend.prologue::<Self>(assemble(
+            refs,
+            weights,
+            conv,
+            out,
+            kv.target(),
+            variant,
+            errors,
+        )?)
     }
 }
