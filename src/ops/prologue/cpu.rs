@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::call::{KvTarget, PrologueCall, QTarget, VariantArgs};
 use super::{PrologueKernel, PrologueStatics, RunPrologue};
 use crate::backend::Cpu;
-use crate::dtype::{E8M0, F8E4M3, MXFP8_BLOCK, bf16, mxfp8_encode_block, rn_bf16};
+use crate::dtype::{MXFP8_BLOCK, bf16, mxfp8_encode_block, mxfp8_encode_row, rn_bf16};
 use crate::error::Result;
 use crate::layout::{kv_data_offset, scale_plane_offset};
 
@@ -70,8 +70,7 @@ impl Inputs<'_> {
         self.qkvr[token * self.st.row + offset + channel].to_f32()
     }
     fn history(&self, cache: &[bf16], slot: usize, row: usize, channel: usize) -> f32 {
-        let dkv = self.st.dkv();
-        cache[(slot * (self.st.w - 1) + row) * dkv + channel].to_f32()
+        history_row(cache, self.st, slot, row, channel).to_f32()
     }
 }
 
@@ -223,7 +222,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                     *d = bf16::from_f32(x);
                 }
             }
-            QTarget::Mxfp8 { data, scales } => encode_row(
+            QTarget::Mxfp8 { data, scales } => mxfp8_encode_row(
                 &out.q,
                 &mut data[t * dq..(t + 1) * dq],
                 &mut scales[t * dq / MXFP8_BLOCK..(t + 1) * dq / MXFP8_BLOCK],
@@ -312,7 +311,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                         let row = ((ctx.seq * *draft_tokens + pos) * history + w) * dkv;
                         for c in 0..dkv {
                             let x = if p < history {
-                                inputs_history(cache, st, slot, p, c)
+                                history_row(cache, st, slot, p, c)
                             } else {
                                 qkvr[(ctx.bos + p - history) * st.row + off + c]
                             };
@@ -440,7 +439,8 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
     }
 }
 
-fn inputs_history(cache: &[bf16], st: &PrologueStatics, slot: usize, row: usize, c: usize) -> bf16 {
+/// Row `row` of slot `slot`'s conv history, channel `c` (`cache [slots, W-1, DKV]`).
+fn history_row(cache: &[bf16], st: &PrologueStatics, slot: usize, row: usize, c: usize) -> bf16 {
     cache[(slot * (st.w - 1) + row) * st.dkv() + c]
 }
 
@@ -516,8 +516,4 @@ fn kv_row(
             })
             .collect(),
     }
-}
-
-fn encode_row(row: &[f32], data: &mut [F8E4M3], scales: &mut [E8M0]) {
-    crate::dtype::mxfp8_encode_row(row, data, scales);
 }
