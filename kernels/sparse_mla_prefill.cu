@@ -31,8 +31,13 @@
 // * WG0 and WG1, the consumers (setmaxnreg up to 224). WG w owns block 2t+w of pair t for Q.K^T
 //   and the softmax, and output columns d = 256w … 256w+255 for the P.V product of both blocks:
 //   - S = Q.K^T: 64 heads x 64 tokens, d_qk/32 wgmma m64n64k32 e4m3, both operands in shared
-//     memory. S of pair t+1 is issued right behind the P.V of pair t, so the tensor cores run
-//     both back to back.
+//     memory, in chunks of 3 k-steps (96 channels), each into a fresh accumulator and promoted to
+//     an f32 register sum (Numerics). Chunk 0 of pair t+1 is issued right behind the P.V of
+//     pair t, so the tensor cores run both back to back; the other chunks run at the top of
+//     iteration t+1, alternating between the two 32-register S buffers (s_cur / s_next): chunk c
+//     goes into the buffer not holding the running sum, which is then added to it, and the
+//     parity is chosen so that the last chunk lands in s_cur. No third accumulator is needed,
+//     so the register peak stays O^T (128) + two S buffers (64), as before.
 //   - Online softmax in the log2 domain. The running row max is shared by both WGs (block maxima
 //     exchanged through shared memory every pair), so both use the same max and rescale factor.
 //   - P (e4m3) is written to shared memory transposed, P^T[64 heads][128 tokens of the pair].
@@ -73,12 +78,24 @@
 // Numerics: scores in f32, s2 = dot * sm_scale*q_scale*kv_scale*log2(e); p = ex2.approx(s2 - m);
 // running max starts at -inf (a row with no valid token so far uses 0 as subtrahend, so p = 0);
 // P re-quantised to e4m3 (satfinite, round to nearest even) for P.V; denominators use f32 p.
+// The FP8 tensor cores do not accumulate in full f32: each k-step's 32 products are aligned to
+// the largest exponent among them and the accumulator and truncated to roughly 13 fractional
+// bits, so the error grows with the running sum's magnitude. Accumulating all of d_qk in one
+// wgmma accumulator gave lse / max_logits errors up to 8.5e-3 / 1.9e-2 absolute (0.74 of the lse
+// tolerance 2e-3 + 2e-3*|ref|) on N(0,1) inputs with sm_scale 0.1. With S accumulated by the
+// tensor cores over at most 96 channels and summed in f32 registers (DeepSeek-V3-style
+// promotion, interval 96 instead of 128), the same inputs give <= 1.6e-3 / 1.8e-3 (<= 0.20 of
+// the lse tolerance). Interval 128 (4 k-steps) measured up to 0.28 of tolerance, 64 up to 0.16,
+// 32 up to 0.10, but 64 and 32 are slower.
 //
 // Measured (H200, CUDA 13.0, median of 20, inputs rotated beyond L2; FLOPs = 2*s_q*h_q*topk*(d_qk+512)):
-// (s_q, s_kv, h_q, d_qk, topk) = (4096, 8k|32k|64k, 128, 576, 2048): 482 | 482 | 478 TFLOP/s;
-// (4096, 8k|32k, 64, 512, 512): 396 | 395 TFLOP/s. torch._scaled_mm e4m3 8192^3 on the same GPU:
-// 1373-1449 TFLOP/s. Timing variants showed the gathers (latency exposed when a pair's K rows are
-// not yet resident) and the lock-step softmax between the two consumer WGs are what is left.
+// (s_q, s_kv, h_q, d_qk, topk) = (4096, 8k|32k|64k, 128, 576, 2048): 510 | 510 | 497 TFLOP/s
+// (one-accumulator Q.K^T, same run: 480 | 481 | 483); (4096, 8k|32k, 64, 512, 512): 406 | 405
+// (398 | 393); DeepSeek V3.2 TP8 (4096, 64k, 16 real heads in one 64-head tile, 576, 2048):
+// 2.284 ms = 512 TFLOP/s counted on the padded 64 heads (2.410 ms). torch._scaled_mm e4m3
+// 8192^3 on the same GPU in the same run: 1338-1370 TFLOP/s (median).
+// Timing variants showed the gathers (latency exposed when a pair's K rows are not yet resident)
+// and the lock-step softmax between the two consumer WGs are what is left.
 
 // Parameters of one launch. Mirrored field by field by `SparseMlaParams` in
 // src/ops/sparse_mla/cuda.rs: change both together.
@@ -109,6 +126,10 @@ constexpr int kTokensPerBlock = 64;    // tokens per QK tile (wgmma N of Q.K^T)
 constexpr int kDV = 512;               // value width
 constexpr int kKSlots = 4;             // K ring depth: two pairs of blocks in flight
 constexpr int kIndexLead = 4;          // blocks of indices the producer holds in registers
+// Q.K^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
+// accumulator before the partial sum is promoted into an f32 register sum (header, Numerics).
+// Measured on H200: 3 is both the fastest and, with 1 and 2, among the most precise choices.
+constexpr int kQkChunkSteps = 3;
 constexpr int kPairTokens = 2 * kTokensPerBlock;       // 128
 constexpr int kPtBytes = kHeadsPerTile * kPairTokens;  // one P^T buffer: 8192
 constexpr u32 kConsumerRegs = 224;
@@ -476,21 +497,56 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     float s_cur[32], s_next[32];
     u64 mask_cur = 0, mask_next = 0;
 
-    // Issue S = Q . K^T of block b (asynchronous); returns its validity mask.
-    auto issue_qk = [&](float (&acc)[32], int b) -> u64 {
+    constexpr int kQkSteps = D_QK / 32;
+    constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
+
+    // Issue k-steps [kQkChunkSteps*c, ...) of S = Q . K^T of the K slot at k_desc into a fresh
+    // accumulator (asynchronous, one commit group).
+    auto issue_qk_chunk = [&](float (&acc)[32], u64 k_desc, int c) {
+        fence_regs(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = c * kQkChunkSteps; ks < (c + 1) * kQkChunkSteps && ks < kQkSteps; ++ks) {
+            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16),
+                     ks > c * kQkChunkSteps ? 1u : 0u);
+        }
+        wgmma_commit();
+    };
+    auto k_slot_desc = [&](int b) -> u64 {
+        return make_smem_desc(sk + (b % kKSlots) * L::kTileBytes, 128, L::kRowGroupBytes);
+    };
+
+    // Chunk c of a block's S goes to s_cur when (kQkChunks - 1 - c) is even, else to s_next, so
+    // that the last chunk, and with it the complete sum, lands in s_cur.
+    // Issue chunk 0 of S = Q . K^T of block b (asynchronous); returns the block's validity mask.
+    auto issue_qk = [&](int b) -> u64 {
         const int slot = b % kKSlots;
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
         fence_proxy_async();
         const u64 mask = mask64[slot];
-        const u64 k_desc = make_smem_desc(sk + slot * L::kTileBytes, 128, L::kRowGroupBytes);
-        fence_regs(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < D_QK / 32; ++ks) {
-            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16), ks > 0 ? 1u : 0u);
+        if ((kQkChunks - 1) % 2 == 0) {
+            issue_qk_chunk(s_cur, k_slot_desc(b), 0);
+        } else {
+            issue_qk_chunk(s_next, k_slot_desc(b), 0);
         }
-        wgmma_commit();
         return mask;
+    };
+
+    // Once chunk 0 of block b is complete: chunks 1 … kQkChunks-1, each into a fresh accumulator
+    // (the buffer not holding the running sum), then the running sum is added to it in f32.
+    auto finish_qk = [&](int b) {
+        const u64 k_desc = k_slot_desc(b);
+#pragma unroll
+        for (int c = 1; c < kQkChunks; ++c) {
+            float (&dst)[32] = (kQkChunks - 1 - c) % 2 == 0 ? s_cur : s_next;
+            float (&src)[32] = (kQkChunks - 1 - c) % 2 == 0 ? s_next : s_cur;
+            issue_qk_chunk(dst, k_desc, c);
+            wgmma_wait<0>();
+            fence_regs(dst);
+            fence_regs(src);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) dst[i] += src[i];
+        }
     };
 
     // One m64k32 A fragment of V^T: value columns of this warp's chunk in M tile mt, tokens
@@ -509,7 +565,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     if (num_pairs > 0) {
         mbar_wait(bars + kBarQFull * 8, 0);
         fence_proxy_async();
-        mask_cur = issue_qk(s_cur, wg);
+        mask_cur = issue_qk(wg);
     }
 
     for (int t = 0; t < num_pairs; ++t) {
@@ -517,6 +573,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         const int peer_block = 2 * t + 1 - wg;
         wgmma_wait<0>();
         fence_regs(s_cur);
+        fence_regs(s_next);
+        finish_qk(own_block);
 
         // ---- softmax of own block: scale, mask, block row maxima
         float bmax[2] = {-pos_inf(), -pos_inf()};
@@ -634,23 +692,23 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             }
             wgmma_commit();
         }
-        // S of the next pair queues behind this P.V on the tensor cores. Issuing it only now
+        // Chunk 0 of the next pair's S queues behind this P.V on the tensor cores (the other
+        // chunks follow at the top of the next iteration). Issuing it only now
         // (not before the softmax) gives the gathers of pair t+1 a whole pair of lead time: the
         // K slots of pair t+1 are refilled when pair t-1 completes.
         if (t + 1 < num_pairs) {
-            mask_next = issue_qk(s_next, own_block + 2);
+            mask_next = issue_qk(own_block + 2);
         }
         wgmma_wait<0>();  // P.V of this pair and S of the next one are complete
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) fence_regs(o[mt]);
+        fence_regs(s_cur);
         fence_regs(s_next);
         keep_alive(frag[0]);
         keep_alive(frag[1]);
         mbar_arrive(bars + (kBarKEmpty + (2 * t) % kKSlots) * 8);
         mbar_arrive(bars + (kBarKEmpty + (2 * t + 1) % kKSlots) * 8);
 
-#pragma unroll
-        for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
         mask_cur = mask_next;
     }
 
