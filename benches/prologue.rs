@@ -259,16 +259,6 @@ fn main() {
     let mut b = mxfp8_batch(&g, &mut rng, 4);
     run!(mx, &g, &w, b);
     g.synchronize().unwrap();
-    let n = 20_000;
-    let typed = {
-        let t0 = Instant::now();
-        for _ in 0..n {
-            run!(mx, &g, &w, b);
-        }
-        let dt = t0.elapsed();
-        g.synchronize().unwrap();
-        dt.as_secs_f64() * 1e6 / n as f64
-    };
     let launch = {
         let call = PrologueCall {
             tokens: 4,
@@ -306,7 +296,16 @@ fn main() {
     let function = g
         .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
         .unwrap();
-    let raw = {
+    // Typed and raw launches alternate over rounds (host timings on a VM drift); medians.
+    let n = 5_000;
+    let (mut typed_rounds, mut raw_rounds) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run!(mx, &g, &w, b);
+        }
+        typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        g.synchronize().unwrap();
         let mut params = launch.params;
         let t0 = Instant::now();
         for _ in 0..n {
@@ -324,10 +323,11 @@ fn main() {
                 .unwrap()
             };
         }
-        let dt = t0.elapsed();
+        raw_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         g.synchronize().unwrap();
-        dt.as_secs_f64() * 1e6 / n as f64
-    };
+    }
+    let typed = common::median(&mut typed_rounds);
+    let raw = common::median(&mut raw_rounds);
     println!(
         "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
         typed - raw

@@ -29,29 +29,55 @@
 //   register budget, reached 88%. Why 128-thread blocks: at 64 registers, 8 blocks of 128 fit per
 //   SM; a small block retires as soon as its two tokens are done (q warps do not wait for slow k/v
 //   warps of many other tokens), and small T spreads over more SMs. Measured 128 vs 256: equal or
-//   better everywhere (up to 12% on small-T MXFP8). Capping registers below 64 spills.
-// * Small T (a verify step, T = 4…256): the call is a few dependent memory round trips; one thread
-//   per vector with no loop keeps the critical path at one pass, and even T = 4 covers several
-//   blocks (TP8: 4 tokens x 64 threads = 2 blocks; TP1: 16 blocks).
+//   better everywhere (up to 12% on small-T MXFP8). Capping registers below 64 spills (56: a few
+//   instantiations spill; 48: all do).
+// * Small T (a verify step, T = 4…256): the call is a few dependent memory round trips (L2 hits in a
+//   graph replay) plus the compute chain of the q warp, which handles QV = 4 vectors per lane; one
+//   thread per vector with no loop keeps the critical path at one pass, and even T = 4 covers
+//   several blocks (TP8: 4 tokens x 64 threads = 2 blocks; TP1: 16 blocks).
+// * Short dependent chains (ncu, TP8 T=4, before this design: MXFP8 7,100-7,270 cycles vs bf16
+//   5,650-5,770, +0.6 us per call; the q warp's four vectors ran one after another, each through an
+//   IEEE division for the scale byte, 5 shuffles and the slow-path branches of sqrt/div, which are
+//   scheduling barriers). Now, all bit-identical to the previous arithmetic:
+//   - the QV vectors of a q lane are normalised together and encoded together: their shuffles and
+//     chains overlap;
+//   - the E8M0 scale byte is read off the bits of max(amax, 1e-30) (no division; proof at
+//     mxfp8_scale_byte_nodiv, checked over all 2^32 inputs);
+//   - a block's first lane stores the scale byte itself (u8 stores, 4 adjacent bytes per head)
+//     instead of gathering the head's 4 bytes with 3 more shuffles;
+//   - inverse_rms of the QV vectors runs the ptxas fast paths of sqrt.rn/div.rn without their
+//     slow-path branches for arguments in [2^-100, 2^100] (exhaustively equal), IEEE otherwise;
+//   - bf16 rounding is one cvt.rn.bf16x2 per pair (exhaustively equal to cvt.rn.bf16);
+//   - the e4m3 clamp is one-sided (the satfinite conversion clamps above; exhaustively equal).
+//   ncu after: MXFP8 5,750-5,820 cycles vs bf16 5,670-5,730 at T=4.
 // * PDL: the kernels execute `griddepcontrol.wait` before their first global read and
 //   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
 //   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.
 //
-// Measured on one H200 (this file's design, CUDA graph replay for small T; bytes = unique bytes
-// read + written; device-to-device copy 4.2 TB/s), Inkling TP8 geometry HQ=8 HKV=1 HD=128 W=4:
-//   verify q=4, T = 4 … 256:  bf16 store 1.95–2.32 us per call, MXFP8 store + tau 2.45–2.65 us
-//   verify q=4, T = 65536:    bf16 134 us (3.70 TB/s, 88%), MXFP8 138 us (3.02 TB/s, 71%)
-//   decode, T = 65536, bf16:  145 us (3.94 TB/s, 93%)
-//   extend 16 x 4096, MXFP8:  124 us (2.33 TB/s incl. trailing update)
-//   TP1 (HQ=64 HKV=8): verify MXFP8 T=64 3.15 us; T=16384 258 us (3.20 TB/s, 76%);
-//                      extend bf16 4 x 4096: 195 us (3.79 TB/s, 90%)
-// bf16 and MXFP8 take the same time per token: MXFP8 moves fewer bytes, and the limit is the
-// per-token latency chain at the occupancy 64 registers allow, not the encode arithmetic.
+// Measured on one H200 (this file, .scratch/prologue harness; bytes = unique bytes read + written,
+// the library benchmark's count; device-to-device copy 4.24 TB/s in the same run), Inkling TP8
+// geometry HQ=8 HKV=1 HD=128 W=4, verify q=4, tau on:
+//   graph replay per call, B = 1 / 4 / 16 / 64 (T = 4B):
+//     bf16 store   1.92 / 1.93 / 2.04 / 2.30 us      (before: 1.96 / 1.98 / 2.09 / 2.34)
+//     MXFP8 store  2.01 / 2.05 / 2.12 / 2.42 us      (before: 2.57 / 2.61 / 2.66 / 2.77), +4…6%
+//   T = 16384, one launch between events (as the library benchmark) / back-to-back graph launches:
+//     bf16  37.4 us (78% of copy) / 32.8 us (89%);   MXFP8 37.6 us (65%) / 32.3 us (76%)
+//     (before: bf16 38.3 / 33.7 us, MXFP8 40.6 / 35.4 us; the ~5 us between the two columns is
+//     the host launch gap inside the event pair, not kernel time)
+//   T = 65536: bf16 128.3 us (91%) / 123.9 us (95%);   MXFP8 126.0 us (78%) / 120.8 us (81%)
+//   decode T = 65536 bf16: 144.0 us (94%);  extend 16 x 4096 MXFP8 + trailing: 109.7 us
+//   TP1 (HQ=64 HKV=8): verify MXFP8 T=64 2.63 us (graph); T=16384 240 us (81%);
+//                      extend bf16 4 x 4096 + trailing: 194.9 us (89%)
+// bf16 and MXFP8 take about the same time per token at large T: MXFP8 moves 17% fewer bytes, and
+// the limit is the per-token latency chain at the occupancy 64 registers allow (ncu, T=16384
+// MXFP8: 41% achieved occupancy, 0.62-0.66 instructions issued per scheduler cycle, DRAM 53-61%).
 //
 // Numerics (spec §1.5/§1.6): f32 arithmetic; conv accumulated tap 0 … tap W-2 then the current
 // token, each step one fused multiply-add; bf16 rounding points exactly: q after norm, q after tau,
-// k conv output before its norm, k after norm, v after conv. MXFP8 (§1.7) encodes those bf16 values
-// with the exact E8M0 exponent of common.cuh (no log2).
+// k conv output before its norm, k after norm, v after conv. RMSNorm: per-lane fma over the lane's
+// 8 channels in order, xor butterfly 1, 2, 4, … over the head, then inverse_rms (IEEE; mirrored bit
+// for bit by the Rust CPU reference). MXFP8 (§1.7) encodes those bf16 values with the exact E8M0
+// exponent (no log2, no division) and multiplies by the exact inverse scale.
 //
 // ================================================================================================
 // Launch shape (the Rust side mirrors these exactly)
@@ -230,6 +256,19 @@ __device__ __forceinline__ float mxfp8_inverse_scale(u32 byte) {
     return __uint_as_float(byte == 254u ? 0x00400000u : ((254u - byte) << 23));
 }
 
+// The E8M0 scale byte of spec §1.7 (= common.cuh's mxfp8_scale_byte, byte for byte, for every f32
+// input) without the division. a = max(amax, 1e-30) is +inf (-> 254) or a normal f32 m * 2^E with
+// m in [1, 2) (NaN -> 1e-30 as there). r = RN(a / 448) = RN(m/7) * 2^(E-6) is normal for every
+// such a, and m/7 lies in [1/7, 2/7); RN(m/7) equals 1/4 only for m = 1.75 exactly (any other f32 m
+// is at least 2^-23/7 > half an ulp away from 1.75/7 = 1/4), and is never a power of two otherwise.
+// So ceil(log2 r) = E - 8 for m <= 1.75 (mantissa field <= 0x600000) and E - 7 above, i.e.
+// byte = ((bits(a) + 0x1fffff) >> 23) - 8, already inside [19, 247]. Checked exhaustively against
+// the division form over all 2^32 inputs (.scratch/prologue, CPU).
+__device__ __forceinline__ u32 mxfp8_scale_byte_nodiv(float amax) {
+    const u32 bits = __float_as_uint(fmaxf(amax, 1e-30f));
+    return bits >= 0x7f800000u ? 254u : ((bits + 0x1fffffu) >> 23) - 8u;
+}
+
 // 8 values of one lane -> 8 e4m3 bytes (channel 0 in the lowest byte) with the block's scale byte.
 __device__ __forceinline__ u64 mxfp8_encode8(const float (&x)[8], u32 scale_byte) {
     const float inv_scale = mxfp8_inverse_scale(scale_byte);
@@ -238,27 +277,73 @@ __device__ __forceinline__ u64 mxfp8_encode8(const float (&x)[8], u32 scale_byte
     for (int j = 0; j < 4; ++j) {
         float lo = __fmul_rn(x[2 * j], inv_scale);
         float hi = __fmul_rn(x[2 * j + 1], inv_scale);
-        lo = fminf(fmaxf(lo, -448.0f), 448.0f);  // NaN -> -448 (fmaxf drops NaN first)
-        hi = fminf(fmaxf(hi, -448.0f), 448.0f);
+        // clamp(v, -448, 448) then e4m3: fmaxf turns NaN into -448; the upper clamp is the satfinite
+        // conversion's own (448 and +inf -> 448). Same bytes as the two-sided clamp for every f32
+        // (checked exhaustively on sm_90).
+        lo = fmaxf(lo, -448.0f);
+        hi = fmaxf(hi, -448.0f);
         bytes |= (u64)pack_e4m3x2(lo, hi) << (16 * j);
     }
     return bytes;
 }
 
-// MXFP8 of one 8-channel lane whose 4-lane group is one 32-channel block: the lane's e4m3 bytes,
-// and, in lanes whose channel is a multiple of 128 (head start), the head's 4 scale bytes packed
-// into one word (block 0 in the low byte). Every lane of the warp calls it (shuffles); head = 16 lanes.
-__device__ __forceinline__ u64 mxfp8_encode_lane(const float (&x)[8], u32& head_scale_word) {
+// Largest magnitude of one lane's 8 values (fmaxf: NaN dropped; never NaN, never negative).
+__device__ __forceinline__ float lane_amax8(const float (&x)[8]) {
     float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < 8; ++c) amax = fmaxf(amax, fabsf(x[c]));
-    amax = group_max<4>(amax);
-    const u32 scale_byte = mxfp8_scale_byte(amax);  // common.cuh: exact, max'ed with 1e-30
-    const u32 b1 = __shfl_down_sync(0xffffffffu, scale_byte, 4);
-    const u32 b2 = __shfl_down_sync(0xffffffffu, scale_byte, 8);
-    const u32 b3 = __shfl_down_sync(0xffffffffu, scale_byte, 12);
-    head_scale_word = scale_byte | (b1 << 8) | (b2 << 16) | (b3 << 24);
-    return mxfp8_encode8(x, scale_byte);
+    return amax;
+}
+
+// inverse_rms for N independent sums at once, same f32 results. For arguments v in [2^-100, 2^100]
+// (every realistic one: eps >= 2^-100 and no overflow) it runs the fast paths that ptxas itself
+// emits for sqrt.rn / div.rn (MUFU.RSQ + 2 FMA, MUFU.RCP + 4 FMA) without their slow-path branches,
+// so the N chains interleave; checked exhaustively on sm_90 against __fdiv_rn(1, __fsqrt_rn(v)) for
+// every f32 in that range (.scratch/prologue harness). Anything else takes the IEEE functions.
+__device__ __forceinline__ float inverse_sqrt_fastpath(float v) {
+    float r, rc;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    const float s = __fmul_rn(v, r);
+    const float h = __fmul_rn(r, 0.5f);
+    const float e = __fmaf_rn(-s, s, v);
+    const float root = __fmaf_rn(e, h, s);  // = __fsqrt_rn(v)
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rc) : "f"(root));
+    const float t1 = __fmaf_rn(rc, -root, 1.0f);
+    const float t2 = __fmaf_rn(rc, t1, rc);
+    const float rem = __fmaf_rn(t2, -root, 1.0f);
+    return __fmaf_rn(t2, rem, t2);          // = __fdiv_rn(1, root)
+}
+
+template <int HD, int N>
+__device__ __forceinline__ void inverse_rms_n(const float (&sum_sq)[N], float eps, float (&inv)[N]) {
+    float v[N];
+    bool fast = true;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        v[j] = __fadd_rn(__fmul_rn(sum_sq[j], 1.0f / HD), eps);
+        fast = fast && v[j] >= 0x1p-100f && v[j] <= 0x1p100f;  // false for NaN
+    }
+    if (fast) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) inv[j] = inverse_sqrt_fastpath(v[j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) inv[j] = inverse_rms<HD>(sum_sq[j], eps);
+    }
+}
+
+// Rounds 8 f32 to bf16 (round to nearest even), in place, and returns them packed: one
+// cvt.rn.bf16x2 per pair instead of one cvt.rn.bf16 per value (same bits for every f32, NaN
+// included: checked exhaustively on sm_90).
+__device__ __forceinline__ Bf16x8 round_bf16x8(float (&f)[8]) {
+    Bf16x8 v;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        v.word[j] = pack_bf16x2(f[2 * j], f[2 * j + 1]);
+        f[2 * j] = __uint_as_float(v.word[j] << 16);
+        f[2 * j + 1] = __uint_as_float(v.word[j] & 0xffff0000u);
+    }
+    return v;
 }
 
 // Offset of scale byte (slot, head, block 0) in an interleaved sfk/sfv plane
@@ -422,28 +507,51 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
     }
 #pragma unroll
     for (int j = 0; j < QV; ++j) sum_sq[j] = group_sum<HEAD_LANES>(sum_sq[j]);
+    float inv_rms[QV];
+    inverse_rms_n<HD, QV>(sum_sq, p.eps, inv_rms);
 
+    // All QV vectors are normalised first and encoded together below, so that their shuffles and
+    // dependent chains overlap instead of running one vector after the other.
+    float out[QV][8];
+    Bf16x8 packed[QV];
 #pragma unroll
     for (int j = 0; j < QV; ++j) {
-        const float inv_rms = inverse_rms<HD>(sum_sq[j], p.eps);
-        float out[8];
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-            out[c] = round_bf16(bf16x8_channel(x[j], c) * inv_rms * bf16x8_channel(gamma, c));
-            if (p.tau != nullptr) out[c] = round_bf16(out[c] * tau);
+        for (int c = 0; c < 8; ++c) out[j][c] = bf16x8_channel(x[j], c) * inv_rms[j] * bf16x8_channel(gamma, c);
+        packed[j] = round_bf16x8(out[j]);
+        if (p.tau != nullptr) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c) out[j][c] = out[j][c] * tau;
+            packed[j] = round_bf16x8(out[j]);
         }
-        const int head = head_group + j * HEAD_STRIDE;
-        const i64 out_index = (i64)t * DQ + head * HD + head_ch;   // q_out [T, DQ]
-        if (STORE != kStoreMxfp8) {
-            if (active) store_bf16x8(static_cast<bf16_t*>(p.q_out) + out_index, pack_bf16x8(out));
-        } else {
-            u32 head_scale_word;
-            const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);
-            if (active) {
-                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + out_index) = e4m3_bytes;
-                if (head_ch == 0) {
-                    // q_scale [T, HQ, HD/32]: the head's 4 bytes at once
-                    *reinterpret_cast<u32*>(p.q_scale + ((i64)t * HQ + head) * (HD / 32)) = head_scale_word;
+    }
+    if (STORE != kStoreMxfp8) {
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < QV; ++j) {
+                const int head = head_group + j * HEAD_STRIDE;
+                store_bf16x8(static_cast<bf16_t*>(p.q_out) + (i64)t * DQ + head * HD + head_ch, packed[j]);  // q_out [T, DQ]
+            }
+        }
+    } else {
+        // One 32-channel MXFP8 block = 4 lanes: block max over the 4 lanes, then each block's first
+        // lane writes the block's scale byte (4 adjacent bytes per head, one sector per warp store).
+        float amax[QV];
+#pragma unroll
+        for (int j = 0; j < QV; ++j) amax[j] = lane_amax8(out[j]);
+#pragma unroll
+        for (int m = 1; m < 4; m <<= 1) {
+#pragma unroll
+            for (int j = 0; j < QV; ++j) amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], m));
+        }
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < QV; ++j) {
+                const int head = head_group + j * HEAD_STRIDE;
+                const u32 scale_byte = mxfp8_scale_byte_nodiv(amax[j]);
+                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + (i64)t * DQ + head * HD + head_ch) = mxfp8_encode8(out[j], scale_byte);
+                if (head_ch % 32 == 0) {
+                    p.q_scale[((i64)t * HQ + head) * (HD / 32) + head_ch / 32] = (u8)scale_byte;  // q_scale [T, HQ, HD/32]
                 }
             }
         }
@@ -532,38 +640,47 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
             acc = fmaf(x, bf16x8_channel(taps_w[(c * W + K) / 8], (c * W + K) % 8), acc);
             if (SILU) acc = acc / (1.0f + expf(-acc));
             if (RESIDUAL) acc = acc + x;
-            value[c] = round_bf16(acc);
-            sum_sq = fmaf(value[c], value[c], sum_sq);
+            value[c] = acc;
         }
+        round_bf16x8(value);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) sum_sq = fmaf(value[c], value[c], sum_sq);
     }
 
     // k RMSNorm over the head (v lanes take part in the shuffles and ignore the result).
-    sum_sq = group_sum<HEAD_LANES>(sum_sq);
+    float sum_sq_head[1] = {group_sum<HEAD_LANES>(sum_sq)};
     float out[8];
+    Bf16x8 out_vec;
     if (!is_v) {
-        const float inv_rms = inverse_rms<HD>(sum_sq, p.eps);
+        float inv_rms[1];
+        inverse_rms_n<HD, 1>(sum_sq_head, p.eps, inv_rms);
 #pragma unroll
-        for (int c = 0; c < 8; ++c) out[c] = round_bf16(value[c] * inv_rms * bf16x8_channel(gamma, c));
+        for (int c = 0; c < 8; ++c) out[c] = value[c] * inv_rms[0] * bf16x8_channel(gamma, c);
+        out_vec = round_bf16x8(out);
     } else {
 #pragma unroll
         for (int c = 0; c < 8; ++c) out[c] = value[c];
+        out_vec = pack_bf16x8(out);  // exact: value is bf16-rounded
     }
 
     if (active) {
-        const Bf16x8 out_vec = pack_bf16x8(out);
         store_bf16x8((is_v ? p.v_out : p.k_out) + (i64)t * DKV + ch, out_vec);  // k_out/v_out [T, DKV]
         if (STORE == kStoreBf16 && store_slot >= 0) {
             store_bf16x8(static_cast<bf16_t*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch, out_vec);  // [S, DKV]
         }
     }
     if (STORE == kStoreMxfp8) {
-        u32 head_scale_word;
-        const u64 e4m3_bytes = mxfp8_encode_lane(out, head_scale_word);
+        // Block max over the block's 4 lanes; each block's first lane writes its scale byte
+        // (4 adjacent bytes per head in the interleaved plane).
+        float amax = lane_amax8(out);
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         if (active && store_slot >= 0) {
-            *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = e4m3_bytes;
-            if (head_ch == 0) {
+            const u32 scale_byte = mxfp8_scale_byte_nodiv(amax);
+            *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = mxfp8_encode8(out, scale_byte);
+            if (head_ch % 32 == 0) {
                 u8* const planes = is_v ? p.sfv : p.sfk;  // [S/PAGE, HKV, 32, PAGE/32, 4]
-                *reinterpret_cast<u32*>(planes + interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD)) = head_scale_word;
+                planes[interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD) + head_ch / 32] = (u8)scale_byte;
             }
         }
     }
