@@ -178,6 +178,15 @@ fn prologue_kind(
             format!("the tensor-parallel tables cover 1 ..= {MAX_HEADS} KV heads"),
         ));
     }
+    if !sharding.heads.is_multiple_of(kv.value) {
+        return Err(kv.at.error(
+            format!(
+                "`{}` KV heads do not divide {} attention heads{which}",
+                kv.value, sharding.heads
+            ),
+            "grouped-query attention gives every KV head the same number of query heads (heads / kv_heads); choose a KV head count that divides the attention heads",
+        ));
+    }
     if !kv.value.is_multiple_of(tp.value) && !tp.value.is_multiple_of(kv.value) {
         return Err(tp.at.error(
             format!(
