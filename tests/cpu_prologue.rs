@@ -458,9 +458,23 @@ fn boundary_errors_name_the_parameter() {
         )
         .err()
         .unwrap();
-    assert_eq!(
-        e.to_string(),
-        "`q_out / q_scale`: expected 12 tokens, got 8"
-    );
+    assert_eq!(e.to_string(), "`q_out`: expected 12 tokens, got 8");
+    // q scales for another token count than q
+    let mut out = <Mxfp8Store<PAGE> as TestStore>::outputs::<Cpu, 1024, 256>(&b, 12);
+    out.q_scales = Tensor::zeros(&b, 8).unwrap();
+    let e = swa_mxfp8::<Verify>()
+        .run(
+            &b,
+            &weights,
+            &mut conv,
+            &batch,
+            &mut windows,
+            &mut out,
+            &mut kv,
+            None,
+        )
+        .err()
+        .unwrap();
+    assert_eq!(e.to_string(), "`q_scale`: expected 12 tokens, got 8");
     let _ = E8M0(0);
 }

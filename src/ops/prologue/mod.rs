@@ -103,7 +103,7 @@ impl<const PAGE: usize> Store for Mxfp8Store<PAGE> {
 /// The per-token outputs of a call, as the backends see them.
 pub trait Outputs<B: Backend> {
     /// Rows of every output tensor, named (`"q_out"`, …), for the boundary check.
-    fn rows(&self) -> [(&'static str, usize); 3];
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)>;
     /// The q target and the k/v outputs.
     fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>);
 }
@@ -154,12 +154,13 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
 }
 
 impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Bf16Outputs<B, DQ, DKV> {
-    fn rows(&self) -> [(&'static str, usize); 3] {
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
         [
             ("q_out", self.q.rows()),
             ("k_out", self.k.rows()),
             ("v_out", self.v.rows()),
         ]
+        .into_iter()
     }
     fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>) {
         (
@@ -171,18 +172,14 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Bf16Outputs<B
 }
 
 impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Mxfp8Outputs<B, DQ, DKV> {
-    fn rows(&self) -> [(&'static str, usize); 3] {
-        // q and its scales are one allocation pair made together; check both against q's rows.
-        let q_rows = if self.q_scales.rows() == self.q.rows() {
-            self.q.rows()
-        } else {
-            usize::MAX
-        };
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
         [
-            ("q_out / q_scale", q_rows),
+            ("q_out", self.q.rows()),
+            ("q_scale", self.q_scales.rows()),
             ("k_out", self.k.rows()),
             ("v_out", self.v.rows()),
         ]
+        .into_iter()
     }
     fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>) {
         (
