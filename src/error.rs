@@ -29,6 +29,14 @@ pub enum Error {
         /// The accepted range, written for a person (`"1 ..= 64"`).
         range: String,
     },
+    /// A buffer cannot be used by the backend it was passed to.
+    #[error("`{param}`: the buffer cannot be used by this backend: {reason}")]
+    ForeignBuffer {
+        /// The argument.
+        param: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
     /// No CUDA driver library could be loaded: there is no GPU backend on this machine.
     #[error("CUDA driver library (libcuda.so) not found: no GPU backend on this machine")]
     NoDriver,
@@ -74,6 +82,16 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// `rows × cols` elements, or an [`Error::Value`] naming `param` when the product does not
+    /// fit in `usize` (a row count no allocation could hold).
+    pub fn elements(param: &'static str, rows: usize, cols: usize) -> Result<usize> {
+        rows.checked_mul(cols).ok_or_else(|| Error::Value {
+            param,
+            value: i64::try_from(rows).unwrap_or(i64::MAX),
+            range: format!("rows with rows × {cols} elements addressable (0 ..= {})", usize::MAX / cols.max(1)),
+        })
+    }
+
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
     pub fn check_extent(
         param: &'static str,

@@ -35,6 +35,11 @@ impl<const WIDTH: usize> RowShape for BlockScales<WIDTH> {
 }
 
 /// Rows of `R::COLS` elements of `T` in a buffer of backend `B`, row-major and contiguous.
+///
+/// The buffer holds exactly `rows × R::COLS` elements, checked when the tensor is made, and it
+/// cannot be replaced afterwards: the tensor lends its elements ([`as_slice`](Self::as_slice),
+/// [`as_slice_mut`](Self::as_slice_mut), [`write`](Self::write)) but never its allocation, so
+/// a kernel that trusts the row count can trust the buffer.
 pub struct Tensor<B: Backend, T: Element, R = Scalar> {
     buf: B::Buffer<T>,
     rows: usize,
@@ -45,7 +50,7 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
     /// Wraps the caller's buffer as `rows` rows; `param` names it in the error when the buffer
     /// does not hold exactly `rows × R::COLS` elements.
     pub fn from_buffer(param: &'static str, buf: B::Buffer<T>, rows: usize) -> Result<Self> {
-        Error::check_extent(param, "elements", rows * R::COLS, buf.len())?;
+        Error::check_extent(param, "elements", Error::elements(param, rows, R::COLS)?, buf.len())?;
         Ok(Self {
             buf,
             rows,
@@ -55,14 +60,14 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
 
     /// Uploads `host` as `rows` rows.
     pub fn from_host(backend: &B, param: &'static str, host: &[T], rows: usize) -> Result<Self> {
-        Error::check_extent(param, "elements", rows * R::COLS, host.len())?;
+        Error::check_extent(param, "elements", Error::elements(param, rows, R::COLS)?, host.len())?;
         Self::from_buffer(param, backend.upload(host)?, rows)
     }
 
     /// `rows` zero rows.
     pub fn zeros(backend: &B, rows: usize) -> Result<Self> {
         Ok(Self {
-            buf: backend.zeros(rows * R::COLS)?,
+            buf: backend.zeros(Error::elements("rows", rows, R::COLS)?)?,
             rows,
             _row: PhantomData,
         })
@@ -71,7 +76,7 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
     /// `rows` rows all set to `value` (for poisoning outputs in tests, or sentinel fills).
     pub fn filled(backend: &B, rows: usize, value: T) -> Result<Self> {
         Ok(Self {
-            buf: backend.upload(&vec![value; rows * R::COLS])?,
+            buf: backend.upload(&vec![value; Error::elements("rows", rows, R::COLS)?])?,
             rows,
             _row: PhantomData,
         })
@@ -87,14 +92,20 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
         R::COLS
     }
 
-    /// The backend buffer.
+    /// The backend buffer, read-only (e.g. to pass it to a kernel of the caller's own).
     pub fn buffer(&self) -> &B::Buffer<T> {
         &self.buf
     }
 
-    /// The backend buffer, mutably.
-    pub fn buffer_mut(&mut self) -> &mut B::Buffer<T> {
-        &mut self.buf
+    /// The elements, borrowed (`&[T]` on the CPU, a `CudaView` on a GPU).
+    pub fn as_slice(&self) -> B::Slice<'_, T> {
+        B::slice(&self.buf)
+    }
+
+    /// The elements, borrowed mutably (`&mut [T]`, a `CudaViewMut`): the contents can change,
+    /// the allocation and its length cannot.
+    pub fn as_slice_mut(&mut self) -> B::SliceMut<'_, T> {
+        B::slice_mut(&mut self.buf)
     }
 
     /// Gives the buffer back.
@@ -142,6 +153,34 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
     }
 }
 
+/// A mutable borrow of a tensor held by a checked struct (a cache, an output set, a batch):
+/// its contents can be written, its allocation and row count cannot be swapped, so the struct's
+/// invariant survives the borrow.
+pub struct FixedExtent<'a, B: Backend, T: Element, R>(&'a mut Tensor<B, T, R>);
+
+impl<'a, B: Backend, T: Element, R: RowShape> FixedExtent<'a, B, T, R> {
+    pub(crate) fn new(tensor: &'a mut Tensor<B, T, R>) -> Self {
+        Self(tensor)
+    }
+
+    /// Overwrites the elements from `host` (same length).
+    pub fn write(&mut self, backend: &B, host: &[T]) -> Result<()> {
+        self.0.write(backend, host)
+    }
+
+    /// The elements, borrowed mutably.
+    pub fn as_slice_mut(&mut self) -> B::SliceMut<'_, T> {
+        self.0.as_slice_mut()
+    }
+}
+
+impl<B: Backend, T: Element, R> std::ops::Deref for FixedExtent<'_, B, T, R> {
+    type Target = Tensor<B, T, R>;
+    fn deref(&self) -> &Tensor<B, T, R> {
+        self.0
+    }
+}
+
 impl<B: Backend, T: Element, R: RowShape> std::fmt::Debug for Tensor<B, T, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -163,5 +202,16 @@ mod tests {
     fn wrong_length_names_the_parameter_and_both_extents() {
         let err = Tensor::<Cpu, f32, Cols<4>>::from_buffer("k_out", vec![0.0; 10], 3).unwrap_err();
         assert_eq!(err.to_string(), "`k_out`: expected 12 elements, got 10");
+    }
+
+    #[test]
+    fn a_row_count_whose_element_count_overflows_is_an_error_not_a_wrap() {
+        // rows × 4 wraps to 0 in release builds: without the check an empty buffer would pass
+        // as 2^62 rows.
+        let rows = 1usize << (usize::BITS - 2);
+        let err = Tensor::<Cpu, f32, Cols<4>>::from_buffer("kv", vec![], rows).unwrap_err();
+        assert!(err.to_string().starts_with("`kv`: "), "{err}");
+        assert!(Tensor::<Cpu, f32, Cols<4>>::zeros(&Cpu, rows).is_err());
+        assert!(Tensor::<Cpu, f32, Cols<4>>::filled(&Cpu, rows, 0.0).is_err());
     }
 }

@@ -14,9 +14,21 @@ impl<T> Buffer<T> for Vec<T> {
         Vec::len(self)
     }
 }
+impl<T> Buffer<T> for &[T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+}
+impl<T> Buffer<T> for &mut [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+}
 
 impl Backend for Cpu {
     type Buffer<T: Element> = Vec<T>;
+    type Slice<'a, T: Element> = &'a [T];
+    type SliceMut<'a, T: Element> = &'a mut [T];
 
     fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
         Ok(vec![T::default(); len])
@@ -42,5 +54,21 @@ impl Backend for Cpu {
 
     fn describe(&self) -> String {
         "cpu (reference)".to_string()
+    }
+
+    fn slice<T: Element>(buf: &Vec<T>) -> &[T] {
+        buf
+    }
+    fn slice_mut<T: Element>(buf: &mut Vec<T>) -> &mut [T] {
+        buf
+    }
+    fn reborrow<'b, T: Element>(slice: &'b &[T]) -> &'b [T] {
+        slice
+    }
+    fn reborrow_mut<'b, T: Element>(slice: &'b mut &mut [T]) -> &'b mut [T] {
+        slice
+    }
+    fn downgrade<'b, T: Element>(slice: &'b &mut [T]) -> &'b [T] {
+        slice
     }
 }

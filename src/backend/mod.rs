@@ -2,6 +2,12 @@
 //!
 //! Both expose the same buffers-and-transfers surface ([`Backend`]); every op is implemented for
 //! both, so tests run the same typed call on each and compare.
+//!
+//! A kernel never sees an owned buffer: the typed boundary hands it borrowed slices
+//! ([`Backend::Slice`], [`Backend::SliceMut`]) whose extents it has checked. On the CPU these
+//! are `&[T]` and `&mut [T]`; on a GPU, cudarc's `CudaView` and `CudaViewMut`. A borrowed slice
+//! cannot be resized or swapped for another allocation, so what the boundary checked stays true
+//! until the launch.
 
 pub mod cpu;
 pub mod cuda;
@@ -34,7 +40,7 @@ impl Element for i32 {}
 impl Element for i64 {}
 impl Element for f32 {}
 
-/// A contiguous buffer owned by a backend.
+/// Something with a length in elements: a backend's buffer or a borrowed slice of one.
 pub trait Buffer<T> {
     /// Number of elements.
     fn len(&self) -> usize;
@@ -48,6 +54,10 @@ pub trait Buffer<T> {
 pub trait Backend {
     /// The backend's buffer of `T` (a `Vec<T>` on the CPU, a `CudaSlice<T>` on a GPU).
     type Buffer<T: Element>: Buffer<T>;
+    /// A shared borrow of consecutive elements (`&[T]`, `CudaView<T>`).
+    type Slice<'a, T: Element>: Buffer<T>;
+    /// A mutable borrow of consecutive elements (`&mut [T]`, `CudaViewMut<T>`).
+    type SliceMut<'a, T: Element>: Buffer<T>;
     /// A zero-filled buffer of `len` elements.
     fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
     /// A buffer holding a copy of `host`.
@@ -60,4 +70,22 @@ pub trait Backend {
     fn synchronize(&self) -> Result<()>;
     /// A short description for logs (`"cpu"`, `"NVIDIA H200 (sm_90a)"`).
     fn describe(&self) -> String;
+    /// The whole of `buf`, borrowed.
+    fn slice<T: Element>(buf: &Self::Buffer<T>) -> Self::Slice<'_, T>;
+    /// The whole of `buf`, borrowed mutably.
+    fn slice_mut<T: Element>(buf: &mut Self::Buffer<T>) -> Self::SliceMut<'_, T>;
+    /// A shorter-lived shared borrow of a slice.
+    fn reborrow<'b, T: Element>(slice: &'b Self::Slice<'_, T>) -> Self::Slice<'b, T>;
+    /// A shorter-lived mutable borrow of a mutable slice.
+    fn reborrow_mut<'b, T: Element>(slice: &'b mut Self::SliceMut<'_, T>)
+    -> Self::SliceMut<'b, T>;
+    /// A shared borrow of a mutable slice.
+    fn downgrade<'b, T: Element>(slice: &'b Self::SliceMut<'_, T>) -> Self::Slice<'b, T>;
+}
+
+/// Seals traits whose implementations the kernels trust: outside the crate they can be named
+/// and used as bounds, but not implemented (the trait is public, the module is not).
+pub(crate) mod sealed {
+    /// The seal.
+    pub trait Sealed {}
 }

@@ -5,15 +5,16 @@ use crate::dim::Dim;
 use crate::dtype::F8E4M3;
 use crate::error::Result;
 use crate::rules::MlaHeadDim;
-use crate::tensor::{Cols, Scalar, Tensor};
+use crate::tensor::{Cols, FixedExtent, Scalar, Tensor};
 
 /// `[s_kv, D_QK]` e4m3 rows (key = the whole row, value = its first 512 channels) and the f32
 /// dequantization scale, kept on the device so a launch needs no host value.
+///
+/// The fields are private: the scale stays one value and `s_kv` stays addressable by an i32
+/// index, as the kernel assumes.
 pub struct MlaLatentKv<B: Backend, const D_QK: usize> {
-    /// The rows, `[s_kv, D_QK]`.
-    pub rows: Tensor<B, F8E4M3, Cols<D_QK>>,
-    /// The dequantization scale, `[1]`.
-    pub scale: Tensor<B, f32, Scalar>,
+    data: Tensor<B, F8E4M3, Cols<D_QK>>, // [s_kv, D_QK]
+    scale: Tensor<B, f32, Scalar>,       // [1]
 }
 
 impl<B: Backend, const D_QK: usize> MlaLatentKv<B, D_QK> {
@@ -30,18 +31,43 @@ impl<B: Backend, const D_QK: usize> MlaLatentKv<B, D_QK> {
             });
         }
         Ok(Self {
-            rows: Tensor::from_buffer("kv", rows, s_kv)?,
+            data: Tensor::from_buffer("kv", rows, s_kv)?,
             scale: Tensor::from_host(backend, "kv_scale", &[scale], 1)?,
         })
     }
 
     /// Number of rows, `s_kv`.
     pub fn len(&self) -> usize {
-        self.rows.rows()
+        self.data.rows()
     }
 
     /// Whether there is no row.
     pub fn is_empty(&self) -> bool {
-        self.rows.rows() == 0
+        self.data.rows() == 0
+    }
+
+    /// The rows, `[s_kv, D_QK]` e4m3.
+    pub fn data(&self) -> &Tensor<B, F8E4M3, Cols<D_QK>> {
+        &self.data
+    }
+
+    /// The dequantization scale, `[1]`.
+    pub fn scale(&self) -> &Tensor<B, f32, Scalar> {
+        &self.scale
+    }
+
+    /// The rows, writable in place (e.g. new tokens appended by the caller's own kernel).
+    pub fn data_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, Cols<D_QK>> {
+        FixedExtent::new(&mut self.data)
+    }
+
+    /// Replaces the dequantization scale.
+    pub fn set_scale(&mut self, backend: &B, scale: f32) -> Result<()> {
+        self.scale.write(backend, &[scale])
+    }
+
+    /// The rows and the scale back.
+    pub fn into_parts(self) -> (Tensor<B, F8E4M3, Cols<D_QK>>, Tensor<B, f32, Scalar>) {
+        (self.data, self.scale)
     }
 }

@@ -10,6 +10,6 @@ mod paged;
 mod scale_plane;
 
 pub use mla::MlaLatentKv;
-pub use mxfp8::{Mxfp8KvCache, ScalePlanePage};
+pub use mxfp8::{Mxfp8KvCache, Mxfp8KvParts, ScalePlanePage};
 pub use paged::PagedBf16Kv;
 pub use scale_plane::{kv_data_offset, scale_plane_offset};

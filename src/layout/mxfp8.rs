@@ -3,9 +3,9 @@
 use crate::backend::Backend;
 use crate::dim::{Dim, PagedSlots};
 use crate::dtype::{E8M0, F8E4M3};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rules::{Mxfp8PageSize, Mxfp8Width};
-use crate::tensor::{Cols, RowShape, Tensor};
+use crate::tensor::{Cols, FixedExtent, RowShape, Tensor};
 
 /// One page of an interleaved scale plane, `[HKV, 32, PAGE/32, 4]` with `HKV = WIDTH / 128`.
 pub struct ScalePlanePage<const PAGE: usize, const WIDTH: usize>;
@@ -16,7 +16,17 @@ impl<const PAGE: usize, const WIDTH: usize> RowShape for ScalePlanePage<PAGE, WI
 /// K and V of `WIDTH = HKV × 128` channels as MXFP8: e4m3 data `[pages × PAGE, WIDTH]` and the
 /// scale planes `[pages, HKV, 32, PAGE/32, 4]` (spec §1.8), all four made together, so that a
 /// cache without planes, or with planes of another page size or head count, cannot exist.
+/// The fields are private: the four extents agree from construction to drop.
 pub struct Mxfp8KvCache<B: Backend, const PAGE: usize, const WIDTH: usize> {
+    k: Tensor<B, F8E4M3, Cols<WIDTH>>,                   // [pages × PAGE, WIDTH]
+    v: Tensor<B, F8E4M3, Cols<WIDTH>>,                   // [pages × PAGE, WIDTH]
+    k_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>, // [pages, HKV, 32, PAGE/32, 4]
+    v_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>, // [pages, HKV, 32, PAGE/32, 4]
+    slots: PagedSlots<PAGE>,
+}
+
+/// The four tensors of an [`Mxfp8KvCache`], given back by [`Mxfp8KvCache::into_parts`].
+pub struct Mxfp8KvParts<B: Backend, const PAGE: usize, const WIDTH: usize> {
     /// K data, `[pages × PAGE, WIDTH]` e4m3.
     pub k: Tensor<B, F8E4M3, Cols<WIDTH>>,
     /// V data, `[pages × PAGE, WIDTH]` e4m3.
@@ -25,7 +35,6 @@ pub struct Mxfp8KvCache<B: Backend, const PAGE: usize, const WIDTH: usize> {
     pub k_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>,
     /// V scales, `[pages, HKV, 32, PAGE/32, 4]`.
     pub v_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>,
-    slots: PagedSlots<PAGE>,
 }
 
 impl<B: Backend, const PAGE: usize, const WIDTH: usize> Mxfp8KvCache<B, PAGE, WIDTH> {
@@ -36,9 +45,10 @@ impl<B: Backend, const PAGE: usize, const WIDTH: usize> Mxfp8KvCache<B, PAGE, WI
         Dim<WIDTH>: Mxfp8Width,
     {
         let slots = PagedSlots::new(pages);
+        let rows = Error::elements("pages", pages, PAGE)?;
         Ok(Self {
-            k: Tensor::zeros(backend, slots.slots())?,
-            v: Tensor::zeros(backend, slots.slots())?,
+            k: Tensor::zeros(backend, rows)?,
+            v: Tensor::zeros(backend, rows)?,
             k_scales: Tensor::zeros(backend, pages)?,
             v_scales: Tensor::zeros(backend, pages)?,
             slots,
@@ -59,9 +69,10 @@ impl<B: Backend, const PAGE: usize, const WIDTH: usize> Mxfp8KvCache<B, PAGE, WI
         Dim<WIDTH>: Mxfp8Width,
     {
         let slots = PagedSlots::new(pages);
+        let rows = Error::elements("pages", pages, PAGE)?;
         Ok(Self {
-            k: Tensor::from_buffer("k_buf", k, slots.slots())?,
-            v: Tensor::from_buffer("v_buf", v, slots.slots())?,
+            k: Tensor::from_buffer("k_buf", k, rows)?,
+            v: Tensor::from_buffer("v_buf", v, rows)?,
             k_scales: Tensor::from_buffer("sfk", k_scales, pages)?,
             v_scales: Tensor::from_buffer("sfv", v_scales, pages)?,
             slots,
@@ -76,5 +87,64 @@ impl<B: Backend, const PAGE: usize, const WIDTH: usize> Mxfp8KvCache<B, PAGE, WI
     /// Number of pages.
     pub fn pages(&self) -> usize {
         self.slots.pages()
+    }
+
+    /// K data, `[pages × PAGE, WIDTH]` e4m3.
+    pub fn k(&self) -> &Tensor<B, F8E4M3, Cols<WIDTH>> {
+        &self.k
+    }
+    /// V data, `[pages × PAGE, WIDTH]` e4m3.
+    pub fn v(&self) -> &Tensor<B, F8E4M3, Cols<WIDTH>> {
+        &self.v
+    }
+    /// K scales, `[pages, HKV, 32, PAGE/32, 4]`.
+    pub fn k_scales(&self) -> &Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>> {
+        &self.k_scales
+    }
+    /// V scales, `[pages, HKV, 32, PAGE/32, 4]`.
+    pub fn v_scales(&self) -> &Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>> {
+        &self.v_scales
+    }
+    /// K data, writable in place.
+    pub fn k_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, Cols<WIDTH>> {
+        FixedExtent::new(&mut self.k)
+    }
+    /// V data, writable in place.
+    pub fn v_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, Cols<WIDTH>> {
+        FixedExtent::new(&mut self.v)
+    }
+    /// K scales, writable in place.
+    pub fn k_scales_mut(&mut self) -> FixedExtent<'_, B, E8M0, ScalePlanePage<PAGE, WIDTH>> {
+        FixedExtent::new(&mut self.k_scales)
+    }
+    /// V scales, writable in place.
+    pub fn v_scales_mut(&mut self) -> FixedExtent<'_, B, E8M0, ScalePlanePage<PAGE, WIDTH>> {
+        FixedExtent::new(&mut self.v_scales)
+    }
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn slices_mut(
+        &mut self,
+    ) -> (
+        B::SliceMut<'_, F8E4M3>,
+        B::SliceMut<'_, F8E4M3>,
+        B::SliceMut<'_, E8M0>,
+        B::SliceMut<'_, E8M0>,
+    ) {
+        (
+            self.k.as_slice_mut(),
+            self.v.as_slice_mut(),
+            self.k_scales.as_slice_mut(),
+            self.v_scales.as_slice_mut(),
+        )
+    }
+
+    /// The four tensors back.
+    pub fn into_parts(self) -> Mxfp8KvParts<B, PAGE, WIDTH> {
+        Mxfp8KvParts {
+            k: self.k,
+            v: self.v,
+            k_scales: self.k_scales,
+            v_scales: self.v_scales,
+        }
     }
 }

@@ -8,11 +8,14 @@
 use std::any::TypeId;
 use std::ffi::c_void;
 
-use cudarc::driver::{CudaFunction, result, sys};
+use cudarc::driver::{
+    CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
+    SyncOnDrop, result, sys,
+};
 use cudarc::nvrtc::Ptx;
 
 use super::Cuda;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A CUDA kernel instantiation, declared by a type.
 ///
@@ -102,5 +105,98 @@ impl Cuda {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Most buffers one launch passes (the prologue's main kernel has the most, 25).
+const MAX_DEVICE_ARGS: usize = 32;
+
+/// The device addresses of one launch's buffers, admitted one by one, with cudarc's stream
+/// synchronization guards held until the launch has been queued.
+///
+/// Admitting a buffer checks where it lives, never its extent (the typed boundary did that):
+/// it must belong to the backend's context, and it must be ordered on the backend's stream
+/// unless the context tracks cross-stream use with events. When the context tracks events,
+/// the guards make the launch wait for earlier writes and record its own reads and writes, so
+/// a buffer on another stream is neither reused nor freed under the kernel. Nothing here
+/// allocates.
+pub(crate) struct DeviceArgs<'a> {
+    stream: &'a CudaStream,
+    guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
+    held: usize,
+}
+
+impl<'a> DeviceArgs<'a> {
+    /// An empty argument list for a launch on `cuda`'s stream.
+    pub(crate) fn new(cuda: &'a Cuda) -> Self {
+        Self {
+            stream: &cuda.stream,
+            guards: [const { None }; MAX_DEVICE_ARGS],
+            held: 0,
+        }
+    }
+
+    fn admit(&self, param: &'static str, home: &CudaStream) -> Result<()> {
+        let ours = self.stream;
+        if home.context().cu_ctx() != ours.context().cu_ctx() {
+            return Err(Error::ForeignBuffer {
+                param,
+                reason: "it was allocated in another CUDA context (another device or backend)",
+            });
+        }
+        if home.cu_stream() != ours.cu_stream()
+            && !ours.context().is_managing_stream_synchronization()
+        {
+            return Err(Error::ForeignBuffer {
+                param,
+                reason: "it is ordered on another stream and the context tracks no events, so the launch could not be ordered after its writes or before its release; use one stream, or keep cudarc's event tracking on",
+            });
+        }
+        Ok(())
+    }
+
+    fn hold(&mut self, guard: SyncOnDrop<'a>) {
+        // The bound is a property of the kernels' parameter blocks, not of the caller's input.
+        assert!(self.held < MAX_DEVICE_ARGS, "more device arguments than any kernel has");
+        self.guards[self.held] = Some(guard);
+        self.held += 1;
+    }
+
+    /// The address of a buffer the kernel reads.
+    pub(crate) fn read<T>(&mut self, param: &'static str, view: &'a CudaView<'_, T>) -> Result<u64> {
+        self.admit(param, view.stream())?;
+        let (ptr, guard) = view.device_ptr(self.stream);
+        self.hold(guard);
+        Ok(ptr)
+    }
+
+    /// The address of a buffer the kernel writes (and may read).
+    pub(crate) fn write<T>(
+        &mut self,
+        param: &'static str,
+        view: &'a mut CudaViewMut<'_, T>,
+    ) -> Result<u64> {
+        self.admit(param, view.stream())?;
+        let (ptr, guard) = view.device_ptr_mut(self.stream);
+        self.hold(guard);
+        Ok(ptr)
+    }
+
+    /// The address of an optional input, 0 when absent.
+    pub(crate) fn read_opt<T>(
+        &mut self,
+        param: &'static str,
+        view: Option<&'a CudaView<'_, T>>,
+    ) -> Result<u64> {
+        view.map_or(Ok(0), |v| self.read(param, v))
+    }
+
+    /// The address of an optional output, 0 when absent.
+    pub(crate) fn write_opt<T>(
+        &mut self,
+        param: &'static str,
+        view: Option<&'a mut CudaViewMut<'_, T>>,
+    ) -> Result<u64> {
+        view.map_or(Ok(0), |v| self.write(param, v))
     }
 }

@@ -9,12 +9,13 @@ mod launch;
 
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
 pub use launch::{CudaKernel, LaunchShape};
+pub(crate) use launch::DeviceArgs;
 
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, sys};
 
 use super::{Backend, Buffer, Element};
 use crate::error::{Error, Result};
@@ -103,9 +104,21 @@ impl<T> Buffer<T> for CudaSlice<T> {
         CudaSlice::len(self)
     }
 }
+impl<T> Buffer<T> for CudaView<'_, T> {
+    fn len(&self) -> usize {
+        CudaView::len(self)
+    }
+}
+impl<T> Buffer<T> for CudaViewMut<'_, T> {
+    fn len(&self) -> usize {
+        CudaViewMut::len(self)
+    }
+}
 
 impl Backend for Cuda {
     type Buffer<T: Element> = CudaSlice<T>;
+    type Slice<'a, T: Element> = CudaView<'a, T>;
+    type SliceMut<'a, T: Element> = CudaViewMut<'a, T>;
 
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
         Ok(self.stream.alloc_zeros::<T>(len)?)
@@ -130,5 +143,21 @@ impl Backend for Cuda {
 
     fn describe(&self) -> String {
         format!("{} ({})", self.name, self.arch.as_str())
+    }
+
+    fn slice<T: Element>(buf: &CudaSlice<T>) -> CudaView<'_, T> {
+        buf.as_view()
+    }
+    fn slice_mut<T: Element>(buf: &mut CudaSlice<T>) -> CudaViewMut<'_, T> {
+        buf.as_view_mut()
+    }
+    fn reborrow<'b, T: Element>(slice: &'b CudaView<'_, T>) -> CudaView<'b, T> {
+        slice.slice(..)
+    }
+    fn reborrow_mut<'b, T: Element>(slice: &'b mut CudaViewMut<'_, T>) -> CudaViewMut<'b, T> {
+        slice.slice_mut(..)
+    }
+    fn downgrade<'b, T: Element>(slice: &'b CudaViewMut<'_, T>) -> CudaView<'b, T> {
+        slice.as_view()
     }
 }

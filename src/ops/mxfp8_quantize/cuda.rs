@@ -2,12 +2,11 @@
 
 use std::marker::PhantomData;
 
-use super::RunMxfp8Quantize;
+use super::launch::{Mxfp8QuantizeCall, Mxfp8QuantizeLaunch};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, LaunchShape};
-use crate::dtype::{E8M0, F8E4M3, MXFP8_BLOCK, bf16};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
+use crate::dtype::MXFP8_BLOCK;
 use crate::error::Result;
-use crate::tensor::{BlockScales, Cols, Tensor};
 
 /// Threads per block of the quantize kernel.
 const THREADS: u32 = 256;
@@ -34,22 +33,24 @@ impl<const WIDTH: usize> CudaKernel for Mxfp8QuantizeKernel<WIDTH> {
     }
 }
 
-impl RunMxfp8Quantize for Cuda {
-    fn mxfp8_quantize<const WIDTH: usize>(
-        &self,
-        input: &Tensor<Cuda, bf16, Cols<WIDTH>>,
-        data: &mut Tensor<Cuda, F8E4M3, Cols<WIDTH>>,
-        scales: &mut Tensor<Cuda, E8M0, BlockScales<WIDTH>>,
-    ) -> Result<()> {
-        let blocks = input.rows() * (WIDTH / MXFP8_BLOCK); // 32-element blocks, one per thread
+impl Mxfp8QuantizeLaunch for Cuda {
+    fn mxfp8_quantize<const WIDTH: usize>(&self, call: Mxfp8QuantizeCall<'_, Cuda>) -> Result<()> {
+        let Mxfp8QuantizeCall {
+            rows,
+            input,
+            mut data,
+            mut scales,
+        } = call;
+        let blocks = rows * (WIDTH / MXFP8_BLOCK); // 32-element blocks, one per thread
         if blocks == 0 {
             return Ok(());
         }
+        let mut args = DeviceArgs::new(self);
         let params = Mxfp8QuantizeParams {
-            input: self.ptr(input.buffer()),
-            data: self.ptr(data.buffer()),
-            scales: self.ptr(scales.buffer()),
-            rows: input.rows() as i64,
+            input: args.read("input", &input)?,
+            data: args.write("data", &mut data)?,
+            scales: args.write("scales", &mut scales)?,
+            rows: rows as i64,
         };
         let shape = LaunchShape {
             grid: (blocks.div_ceil(THREADS as usize) as u32, 1, 1),
@@ -58,6 +59,8 @@ impl RunMxfp8Quantize for Cuda {
         };
         // SAFETY: the three buffers hold rows × WIDTH, rows × WIDTH and rows × WIDTH/32
         // elements (tied by `Mxfp8Quantize::run`), exactly what the kernel touches.
-        unsafe { self.launch::<Mxfp8QuantizeKernel<WIDTH>>(shape, &params) }
+        let launched = unsafe { self.launch::<Mxfp8QuantizeKernel<WIDTH>>(shape, &params) };
+        drop(args);
+        launched
     }
 }

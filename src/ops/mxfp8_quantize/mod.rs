@@ -22,15 +22,32 @@ pub struct Mxfp8Quantize<const WIDTH: usize> {
     _width: PhantomData<Dim<WIDTH>>,
 }
 
-/// A backend that can run [`Mxfp8Quantize`].
-pub trait RunMxfp8Quantize: Backend + Sized {
-    /// Quantizes `input` into `data` and `scales` (row counts already tied).
-    fn mxfp8_quantize<const WIDTH: usize>(
-        &self,
-        input: &Tensor<Self, bf16, Cols<WIDTH>>,
-        data: &mut Tensor<Self, F8E4M3, Cols<WIDTH>>,
-        scales: &mut Tensor<Self, E8M0, BlockScales<WIDTH>>,
-    ) -> Result<()>;
+/// A backend that can run [`Mxfp8Quantize`]: the CPU reference and CUDA. Sealed: the entry
+/// takes a call only [`Mxfp8Quantize::run`] can assemble.
+pub trait RunMxfp8Quantize: Backend + Sized + launch::Mxfp8QuantizeLaunch {}
+impl RunMxfp8Quantize for crate::backend::Cpu {}
+impl RunMxfp8Quantize for crate::backend::Cuda {}
+
+/// The launch layer: the checked call and the per-backend entry.
+pub(crate) mod launch {
+    use crate::backend::Backend;
+    use crate::dtype::{E8M0, F8E4M3, bf16};
+    use crate::error::Result;
+
+    /// One checked call; made only by `Mxfp8Quantize::run`.
+    pub struct Mxfp8QuantizeCall<'a, B: Backend> {
+        pub(crate) rows: usize,                     // rows of WIDTH values
+        pub(crate) input: B::Slice<'a, bf16>,       // [rows, WIDTH]
+        pub(crate) data: B::SliceMut<'a, F8E4M3>,   // [rows, WIDTH]
+        pub(crate) scales: B::SliceMut<'a, E8M0>,   // [rows, WIDTH / 32]
+    }
+
+    /// The per-backend entry.
+    pub trait Mxfp8QuantizeLaunch: Backend + Sized {
+        /// Quantizes one checked call.
+        fn mxfp8_quantize<const WIDTH: usize>(&self, call: Mxfp8QuantizeCall<'_, Self>)
+        -> Result<()>;
+    }
 }
 
 impl<const WIDTH: usize> Mxfp8Quantize<WIDTH> {
@@ -54,6 +71,11 @@ impl<const WIDTH: usize> Mxfp8Quantize<WIDTH> {
     ) -> Result<()> {
         Error::check_extent("data", "rows", input.rows(), data.rows())?;
         Error::check_extent("scales", "rows", input.rows(), scales.rows())?;
-        backend.mxfp8_quantize(input, data, scales)
+        backend.mxfp8_quantize::<WIDTH>(launch::Mxfp8QuantizeCall {
+            rows: input.rows(),
+            input: input.as_slice(),
+            data: data.as_slice_mut(),
+            scales: scales.as_slice_mut(),
+        })
     }
 }

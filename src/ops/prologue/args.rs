@@ -1,16 +1,34 @@
-//! The prologue's arguments: model weights, conv state, and one batch type per variant.
+//! The prologue's arguments: model weights, conv state, outputs, and one batch type per variant.
 //!
 //! Each constructor is the runtime boundary: it sees every tensor whose extent the batch
 //! decides, checks that they agree (returning an error that names the parameter, the expected
-//! and the actual extent), and from then on the agreement is a fact the launch relies on.
+//! and the actual extent), and from then on the agreement is a fact the launch relies on. The
+//! fields are private so it stays one: tensors are read through accessors, written in place
+//! through [`FixedExtent`] borrows (contents change, extents cannot), and given back by
+//! `into_parts`.
 
 use std::marker::PhantomData;
 
-use super::{ConvSpec, QkvrLayout, QkvrRow};
+use super::{ConvSpec, QkvrRow, RowLayout};
 use crate::backend::Backend;
-use crate::dtype::bf16;
+use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
-use crate::tensor::{Cols, RowShape, Scalar, Tensor};
+use crate::tensor::{BlockScales, Cols, FixedExtent, RowShape, Scalar, Tensor};
+
+/// Read accessors (`name()` → `&Tensor`) and in-place write access (`name_mut()` →
+/// [`FixedExtent`]) for private tensor fields.
+macro_rules! tensor_accessors {
+    ($($(#[$doc:meta])* $name:ident / $name_mut:ident: $t:ty, $r:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> &Tensor<B, $t, $r> {
+            &self.$name
+        }
+        #[doc = concat!("`", stringify!($name), "`, writable in place (contents only; the extent stays).")]
+        pub fn $name_mut(&mut self) -> FixedExtent<'_, B, $t, $r> {
+            FixedExtent::new(&mut self.$name)
+        }
+    )*};
+}
 
 /// The conv-state history of one slot: `[W-1, DKV]`, oldest row first.
 pub struct ConvHistory<const DKV: usize, C>(PhantomData<C>);
@@ -32,16 +50,11 @@ impl<C: ConvSpec> RowShape for TrackRows<C> {
 
 /// A layer's static parameters: the RMSNorm weights, the conv taps and epsilon.
 pub struct PrologueWeights<B: Backend, const HD: usize, const DKV: usize, C> {
-    /// RMSNorm weight of q, `[HD]`, shared by all heads.
-    pub q_gamma: Tensor<B, bf16, Cols<HD>>,
-    /// RMSNorm weight of k, `[HD]`.
-    pub k_gamma: Tensor<B, bf16, Cols<HD>>,
-    /// Conv taps of k, `[DKV, W]`.
-    pub k_weight: Tensor<B, bf16, ConvTaps<C>>,
-    /// Conv taps of v, `[DKV, W]`.
-    pub v_weight: Tensor<B, bf16, ConvTaps<C>>,
-    /// RMSNorm epsilon (Inkling: 1e-6).
-    pub eps: f32,
+    q_gamma: Tensor<B, bf16, Cols<HD>>,       // [1, HD]
+    k_gamma: Tensor<B, bf16, Cols<HD>>,       // [1, HD]
+    k_weight: Tensor<B, bf16, ConvTaps<C>>,   // [DKV, W]
+    v_weight: Tensor<B, bf16, ConvTaps<C>>,   // [DKV, W]
+    eps: f32,
 }
 
 impl<B: Backend, const HD: usize, const DKV: usize, C: ConvSpec> PrologueWeights<B, HD, DKV, C> {
@@ -62,14 +75,49 @@ impl<B: Backend, const HD: usize, const DKV: usize, C: ConvSpec> PrologueWeights
             eps,
         })
     }
+
+    /// The weights over tensors already on the backend: gammas of one row, taps of `DKV` rows.
+    pub fn from_tensors(
+        q_gamma: Tensor<B, bf16, Cols<HD>>,
+        k_gamma: Tensor<B, bf16, Cols<HD>>,
+        k_weight: Tensor<B, bf16, ConvTaps<C>>,
+        v_weight: Tensor<B, bf16, ConvTaps<C>>,
+        eps: f32,
+    ) -> Result<Self> {
+        q_gamma.expect_rows("q_gamma", "rows", 1)?;
+        k_gamma.expect_rows("k_gamma", "rows", 1)?;
+        k_weight.expect_rows("k_weight", "channels (DKV)", DKV)?;
+        v_weight.expect_rows("v_weight", "channels (DKV)", DKV)?;
+        Ok(Self {
+            q_gamma,
+            k_gamma,
+            k_weight,
+            v_weight,
+            eps,
+        })
+    }
+
+    tensor_accessors! {
+        /// RMSNorm weight of q, `[HD]`, shared by all heads.
+        q_gamma / q_gamma_mut: bf16, Cols<HD>;
+        /// RMSNorm weight of k, `[HD]`.
+        k_gamma / k_gamma_mut: bf16, Cols<HD>;
+        /// Conv taps of k, `[DKV, W]`.
+        k_weight / k_weight_mut: bf16, ConvTaps<C>;
+        /// Conv taps of v, `[DKV, W]`.
+        v_weight / v_weight_mut: bf16, ConvTaps<C>;
+    }
+
+    /// RMSNorm epsilon (Inkling: 1e-6).
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
 }
 
 /// The conv-state caches of k and v, `[slots, W-1, DKV]` each.
 pub struct ConvState<B: Backend, const DKV: usize, C> {
-    /// History of k's pre-conv inputs.
-    pub k: Tensor<B, bf16, ConvHistory<DKV, C>>,
-    /// History of v's pre-conv inputs.
-    pub v: Tensor<B, bf16, ConvHistory<DKV, C>>,
+    k: Tensor<B, bf16, ConvHistory<DKV, C>>, // [slots, W-1, DKV]
+    v: Tensor<B, bf16, ConvHistory<DKV, C>>, // [slots, W-1, DKV]
 }
 
 impl<B: Backend, const DKV: usize, C: ConvSpec> ConvState<B, DKV, C> {
@@ -94,13 +142,33 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> ConvState<B, DKV, C> {
     pub fn slots(&self) -> usize {
         self.k.rows()
     }
+
+    tensor_accessors! {
+        /// History of k's pre-conv inputs, `[slots, W-1, DKV]`.
+        k / k_mut: bf16, ConvHistory<DKV, C>;
+        /// History of v's pre-conv inputs, `[slots, W-1, DKV]`.
+        v / v_mut: bf16, ConvHistory<DKV, C>;
+    }
+
+    pub(crate) fn slices_mut(&mut self) -> (B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
+        (self.k.as_slice_mut(), self.v.as_slice_mut())
+    }
+
+    /// The two caches back, `(k, v)`.
+    pub fn into_parts(
+        self,
+    ) -> (
+        Tensor<B, bf16, ConvHistory<DKV, C>>,
+        Tensor<B, bf16, ConvHistory<DKV, C>>,
+    ) {
+        (self.k, self.v)
+    }
 }
 
 /// A counter of indices the device skipped because they pointed outside their buffer
 /// (`loc` beyond the pool, conv-cache indices beyond the cache, …). Read it after a call.
 pub struct ErrorCounter<B: Backend> {
-    /// The count, `[1]`.
-    pub count: Tensor<B, u32, Scalar>,
+    count: Tensor<B, u32, Scalar>, // [1]
 }
 
 impl<B: Backend> ErrorCounter<B> {
@@ -119,6 +187,181 @@ impl<B: Backend> ErrorCounter<B> {
     /// Sets the count back to zero.
     pub fn reset(&mut self, backend: &B) -> Result<()> {
         self.count.write(backend, &[0])
+    }
+
+    /// The counter's one-element tensor (e.g. to copy it into an engine's own stats buffer).
+    pub fn count(&self) -> &Tensor<B, u32, Scalar> {
+        &self.count
+    }
+
+    pub(crate) fn count_tensor_mut(&mut self) -> &mut Tensor<B, u32, Scalar> {
+        &mut self.count
+    }
+}
+
+/// Outputs with a bf16 q: `q [T, DQ]`, `k [T, DKV]`, `v [T, DKV]`, tied to one token count.
+pub struct Bf16Outputs<B: Backend, const DQ: usize, const DKV: usize> {
+    q: Tensor<B, bf16, Cols<DQ>>,  // [T, DQ]
+    k: Tensor<B, bf16, Cols<DKV>>, // [T, DKV]
+    v: Tensor<B, bf16, Cols<DKV>>, // [T, DKV]
+}
+
+/// The tensors of a [`Bf16Outputs`], given back by [`Bf16Outputs::into_parts`].
+pub struct Bf16OutputParts<B: Backend, const DQ: usize, const DKV: usize> {
+    /// Normalized (and tau-scaled) q, `[T, DQ]`.
+    pub q: Tensor<B, bf16, Cols<DQ>>,
+    /// Conv + RMSNorm k, `[T, DKV]`.
+    pub k: Tensor<B, bf16, Cols<DKV>>,
+    /// Conv v, `[T, DKV]`.
+    pub v: Tensor<B, bf16, Cols<DKV>>,
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
+    /// Zeroed outputs for `tokens` tokens.
+    pub fn zeros(backend: &B, tokens: usize) -> Result<Self> {
+        Ok(Self {
+            q: Tensor::zeros(backend, tokens)?,
+            k: Tensor::zeros(backend, tokens)?,
+            v: Tensor::zeros(backend, tokens)?,
+        })
+    }
+
+    /// Outputs over the caller's tensors; all three must have the same number of tokens.
+    pub fn new(
+        q: Tensor<B, bf16, Cols<DQ>>,
+        k: Tensor<B, bf16, Cols<DKV>>,
+        v: Tensor<B, bf16, Cols<DKV>>,
+    ) -> Result<Self> {
+        k.expect_rows("k_out", "tokens (as q_out)", q.rows())?;
+        v.expect_rows("v_out", "tokens (as q_out)", q.rows())?;
+        Ok(Self { q, k, v })
+    }
+
+    /// Tokens the outputs hold.
+    pub fn tokens(&self) -> usize {
+        self.q.rows()
+    }
+
+    tensor_accessors! {
+        /// Normalized (and tau-scaled) q, `[T, DQ]`.
+        q / q_mut: bf16, Cols<DQ>;
+        /// Conv + RMSNorm k, `[T, DKV]`.
+        k / k_mut: bf16, Cols<DKV>;
+        /// Conv v, `[T, DKV]`.
+        v / v_mut: bf16, Cols<DKV>;
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn slices_mut(
+        &mut self,
+    ) -> (
+        B::SliceMut<'_, bf16>,
+        B::SliceMut<'_, bf16>,
+        B::SliceMut<'_, bf16>,
+    ) {
+        (
+            self.q.as_slice_mut(),
+            self.k.as_slice_mut(),
+            self.v.as_slice_mut(),
+        )
+    }
+
+    /// The tensors back.
+    pub fn into_parts(self) -> Bf16OutputParts<B, DQ, DKV> {
+        Bf16OutputParts {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+        }
+    }
+}
+
+/// Outputs with an MXFP8 q: `q [T, DQ]` e4m3, `q_scales [T, HQ, 4]`, `k`, `v` bf16, tied to one
+/// token count.
+pub struct Mxfp8Outputs<B: Backend, const DQ: usize, const DKV: usize> {
+    q: Tensor<B, F8E4M3, Cols<DQ>>,           // [T, DQ]
+    q_scales: Tensor<B, E8M0, BlockScales<DQ>>, // [T, DQ / 32]
+    k: Tensor<B, bf16, Cols<DKV>>,            // [T, DKV]
+    v: Tensor<B, bf16, Cols<DKV>>,            // [T, DKV]
+}
+
+/// The tensors of an [`Mxfp8Outputs`], given back by [`Mxfp8Outputs::into_parts`].
+pub struct Mxfp8OutputParts<B: Backend, const DQ: usize, const DKV: usize> {
+    /// q as e4m3, `[T, DQ]`.
+    pub q: Tensor<B, F8E4M3, Cols<DQ>>,
+    /// q's E8M0 block scales, `[T, HQ, 4]` (one per 32 channels).
+    pub q_scales: Tensor<B, E8M0, BlockScales<DQ>>,
+    /// Conv + RMSNorm k, `[T, DKV]` bf16.
+    pub k: Tensor<B, bf16, Cols<DKV>>,
+    /// Conv v, `[T, DKV]` bf16.
+    pub v: Tensor<B, bf16, Cols<DKV>>,
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
+    /// Zeroed outputs for `tokens` tokens.
+    pub fn zeros(backend: &B, tokens: usize) -> Result<Self> {
+        Ok(Self {
+            q: Tensor::zeros(backend, tokens)?,
+            q_scales: Tensor::zeros(backend, tokens)?,
+            k: Tensor::zeros(backend, tokens)?,
+            v: Tensor::zeros(backend, tokens)?,
+        })
+    }
+
+    /// Outputs over the caller's tensors; all four must have the same number of tokens.
+    pub fn new(
+        q: Tensor<B, F8E4M3, Cols<DQ>>,
+        q_scales: Tensor<B, E8M0, BlockScales<DQ>>,
+        k: Tensor<B, bf16, Cols<DKV>>,
+        v: Tensor<B, bf16, Cols<DKV>>,
+    ) -> Result<Self> {
+        q_scales.expect_rows("q_scale", "tokens (as q_out)", q.rows())?;
+        k.expect_rows("k_out", "tokens (as q_out)", q.rows())?;
+        v.expect_rows("v_out", "tokens (as q_out)", q.rows())?;
+        Ok(Self { q, q_scales, k, v })
+    }
+
+    /// Tokens the outputs hold.
+    pub fn tokens(&self) -> usize {
+        self.q.rows()
+    }
+
+    tensor_accessors! {
+        /// q as e4m3, `[T, DQ]`.
+        q / q_mut: F8E4M3, Cols<DQ>;
+        /// q's E8M0 block scales, `[T, HQ, 4]` (one per 32 channels).
+        q_scales / q_scales_mut: E8M0, BlockScales<DQ>;
+        /// Conv + RMSNorm k, `[T, DKV]` bf16.
+        k / k_mut: bf16, Cols<DKV>;
+        /// Conv v, `[T, DKV]` bf16.
+        v / v_mut: bf16, Cols<DKV>;
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn slices_mut(
+        &mut self,
+    ) -> (
+        B::SliceMut<'_, F8E4M3>,
+        B::SliceMut<'_, E8M0>,
+        B::SliceMut<'_, bf16>,
+        B::SliceMut<'_, bf16>,
+    ) {
+        (
+            self.q.as_slice_mut(),
+            self.q_scales.as_slice_mut(),
+            self.k.as_slice_mut(),
+            self.v.as_slice_mut(),
+        )
+    }
+
+    /// The tensors back.
+    pub fn into_parts(self) -> Mxfp8OutputParts<B, DQ, DKV> {
+        Mxfp8OutputParts {
+            q: self.q,
+            q_scales: self.q_scales,
+            k: self.k,
+            v: self.v,
+        }
     }
 }
 
@@ -139,20 +382,29 @@ fn to_i32(param: &'static str, value: usize) -> Result<i32> {
 
 /// A target-verify batch: `B` sequences of exactly `q` draft tokens, `T = B·q`.
 pub struct VerifyBatch<B: Backend, L> {
-    /// Packed projection rows, `[T, ROW]`.
-    pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
-    /// Conv-state slot of each sequence, `[B]`; -1 = padding sequence.
-    pub cache_indices: Tensor<B, i32, Scalar>,
-    /// Whether each sequence has cached history, `[B]` (0/1).
-    pub cache_mask: Tensor<B, u8, Scalar>,
-    /// KV slot of each token, `[T]`; negative = do not store.
-    pub loc: Tensor<B, i64, Scalar>,
-    /// Per-token q temperature, `[>= T]`, or none.
-    pub tau: Option<Tensor<B, f32, Scalar>>,
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,      // [T, ROW]
+    cache_indices: Tensor<B, i32, Scalar>, // [B]
+    cache_mask: Tensor<B, u8, Scalar>,     // [B]
+    loc: Tensor<B, i64, Scalar>,           // [T]
+    tau: Option<Tensor<B, f32, Scalar>>,   // [>= T]
     draft_tokens: usize,
 }
 
-impl<B: Backend, L: QkvrLayout> VerifyBatch<B, L> {
+/// The tensors of a [`VerifyBatch`], given back by [`VerifyBatch::into_parts`].
+pub struct VerifyBatchParts<B: Backend, L> {
+    /// Packed projection rows, `[T, ROW]`.
+    pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
+    /// Conv-state slot of each sequence, `[B]`.
+    pub cache_indices: Tensor<B, i32, Scalar>,
+    /// Whether each sequence has cached history, `[B]`.
+    pub cache_mask: Tensor<B, u8, Scalar>,
+    /// KV slot of each token, `[T]`.
+    pub loc: Tensor<B, i64, Scalar>,
+    /// Per-token q temperature, `[>= T]`, or none.
+    pub tau: Option<Tensor<B, f32, Scalar>>,
+}
+
+impl<B: Backend, L: RowLayout> VerifyBatch<B, L> {
     /// Ties the batch: `q > 0`, `T == B·q`, `loc` has `T` entries, `cache_mask` `B`,
     /// `tau` at least `T`.
     pub fn new(
@@ -171,7 +423,8 @@ impl<B: Backend, L: QkvrLayout> VerifyBatch<B, L> {
             });
         }
         let seqs = cache_indices.rows();
-        qkvr.expect_rows("qkvr", "tokens (T = B·q)", seqs * draft_tokens)?;
+        let tokens = Error::elements("cache_indices", seqs, draft_tokens)?;
+        qkvr.expect_rows("qkvr", "tokens (T = B·q)", tokens)?;
         to_i32("qkvr rows", qkvr.rows())?;
         cache_mask.expect_rows("cache_mask", "sequences", seqs)?;
         loc.expect_rows("loc", "tokens", qkvr.rows())?;
@@ -198,24 +451,57 @@ impl<B: Backend, L: QkvrLayout> VerifyBatch<B, L> {
     pub fn draft_tokens(&self) -> usize {
         self.draft_tokens
     }
+
+    tensor_accessors! {
+        /// Packed projection rows, `[T, ROW]`.
+        qkvr / qkvr_mut: bf16, QkvrRow<L>;
+        /// Conv-state slot of each sequence, `[B]`; -1 = padding sequence.
+        cache_indices / cache_indices_mut: i32, Scalar;
+        /// Whether each sequence has cached history, `[B]` (0/1).
+        cache_mask / cache_mask_mut: u8, Scalar;
+        /// KV slot of each token, `[T]`; negative = do not store.
+        loc / loc_mut: i64, Scalar;
+    }
+
+    /// Per-token q temperature, `[>= T]`, or none.
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+        self.tau.as_ref()
+    }
+
+    /// The tensors back.
+    pub fn into_parts(self) -> VerifyBatchParts<B, L> {
+        VerifyBatchParts {
+            qkvr: self.qkvr,
+            cache_indices: self.cache_indices,
+            cache_mask: self.cache_mask,
+            loc: self.loc,
+            tau: self.tau,
+        }
+    }
 }
 
 /// The verify step's saved conv windows, `[capacity, q, W-1, DKV]` for k and for v: row
 /// `[s][p]` is sequence `s`'s conv state after draft token `p`.
 pub struct VerifyWindows<B: Backend, const DKV: usize, C> {
-    /// k windows, `[capacity · q, W-1, DKV]`.
-    pub k: Tensor<B, bf16, ConvHistory<DKV, C>>,
-    /// v windows, `[capacity · q, W-1, DKV]`.
-    pub v: Tensor<B, bf16, ConvHistory<DKV, C>>,
+    k: Tensor<B, bf16, ConvHistory<DKV, C>>, // [capacity · q, W-1, DKV]
+    v: Tensor<B, bf16, ConvHistory<DKV, C>>, // [capacity · q, W-1, DKV]
     draft_tokens: usize,
 }
 
 impl<B: Backend, const DKV: usize, C: ConvSpec> VerifyWindows<B, DKV, C> {
     /// Zeroed windows for `capacity` sequences of `draft_tokens` tokens.
     pub fn zeros(backend: &B, capacity: usize, draft_tokens: usize) -> Result<Self> {
+        if draft_tokens == 0 {
+            return Err(Error::Value {
+                param: "draft_tokens",
+                value: 0,
+                range: "1 ..".to_string(),
+            });
+        }
+        let rows = Error::elements("capacity", capacity, draft_tokens)?;
         Ok(Self {
-            k: Tensor::zeros(backend, capacity * draft_tokens)?,
-            v: Tensor::zeros(backend, capacity * draft_tokens)?,
+            k: Tensor::zeros(backend, rows)?,
+            v: Tensor::zeros(backend, rows)?,
             draft_tokens,
         })
     }
@@ -247,44 +533,96 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> VerifyWindows<B, DKV, C> {
     pub fn draft_tokens(&self) -> usize {
         self.draft_tokens
     }
+
+    tensor_accessors! {
+        /// k windows, `[capacity · q, W-1, DKV]`.
+        k / k_mut: bf16, ConvHistory<DKV, C>;
+        /// v windows, `[capacity · q, W-1, DKV]`.
+        v / v_mut: bf16, ConvHistory<DKV, C>;
+    }
+
+    pub(crate) fn slices_mut(&mut self) -> (B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
+        (self.k.as_slice_mut(), self.v.as_slice_mut())
+    }
+
+    /// The two window tensors back, `(k, v)`.
+    pub fn into_parts(
+        self,
+    ) -> (
+        Tensor<B, bf16, ConvHistory<DKV, C>>,
+        Tensor<B, bf16, ConvHistory<DKV, C>>,
+    ) {
+        (self.k, self.v)
+    }
 }
 
 /// Prefix-cache tracking of the extend variant: for each flagged sequence, the conv window made
 /// of the listed qkvr rows is copied to a conv slot.
 pub struct ExtendTrack<B: Backend, C> {
-    /// qkvr rows of each sequence's window, `[B, W-1]`.
-    pub rows: Tensor<B, i64, TrackRows<C>>,
-    /// Whether to track each sequence, `[B]` (0/1).
-    pub mask: Tensor<B, u8, Scalar>,
-    /// Destination conv slot of each sequence, `[B]`.
-    pub dst: Tensor<B, i64, Scalar>,
+    rows: Tensor<B, i64, TrackRows<C>>, // [B, W-1]
+    mask: Tensor<B, u8, Scalar>,        // [B]
+    dst: Tensor<B, i64, Scalar>,        // [B]
+}
+
+impl<B: Backend, C: ConvSpec> ExtendTrack<B, C> {
+    /// Ties the three per-sequence arrays to one sequence count `B` (the batch checks `B`).
+    pub fn new(
+        rows: Tensor<B, i64, TrackRows<C>>,
+        mask: Tensor<B, u8, Scalar>,
+        dst: Tensor<B, i64, Scalar>,
+    ) -> Result<Self> {
+        mask.expect_rows("track_mask", "sequences (as track_rows)", rows.rows())?;
+        dst.expect_rows("track_dst", "sequences (as track_rows)", rows.rows())?;
+        Ok(Self { rows, mask, dst })
+    }
+
+    tensor_accessors! {
+        /// qkvr rows of each sequence's window, `[B, W-1]`; rows outside `[0, T)` are skipped.
+        rows / rows_mut: i64, TrackRows<C>;
+        /// Whether to track each sequence, `[B]` (0/1).
+        mask / mask_mut: u8, Scalar;
+        /// Destination conv slot of each sequence, `[B]`.
+        dst / dst_mut: i64, Scalar;
+    }
 }
 
 /// A prefill / extend batch of variable-length sequences.
 pub struct ExtendBatch<B: Backend, L, C> {
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,          // [T, ROW]
+    cu_seqlens: Tensor<B, i64, Scalar>,        // [B + 1]
+    seq_of_token: Tensor<B, i32, Scalar>,      // [T]
+    cache_indices: Tensor<B, i32, Scalar>,     // [B]
+    cache_mask: Tensor<B, u8, Scalar>,         // [B]
+    has_initial_state: Tensor<B, u8, Scalar>,  // [B]
+    loc: Tensor<B, i64, Scalar>,               // [T]
+    tau: Option<Tensor<B, f32, Scalar>>,       // [>= T]
+    track: Option<ExtendTrack<B, C>>,
+    update_conv_state: bool,
+}
+
+/// The tensors of an [`ExtendBatch`], given back by [`ExtendBatch::into_parts`].
+pub struct ExtendBatchParts<B: Backend, L, C> {
     /// Packed projection rows, `[T, ROW]`.
     pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
     /// Token start of each sequence, `[B+1]`.
     pub cu_seqlens: Tensor<B, i64, Scalar>,
     /// Sequence of each token, `[T]`.
     pub seq_of_token: Tensor<B, i32, Scalar>,
-    /// Conv-state slot of each sequence, `[B]`; -1 = padding.
+    /// Conv-state slot of each sequence, `[B]`.
     pub cache_indices: Tensor<B, i32, Scalar>,
-    /// Whether each sequence reads cached history, `[B]` ("has initial state and valid").
+    /// Whether each sequence reads cached history, `[B]`.
     pub cache_mask: Tensor<B, u8, Scalar>,
-    /// Whether each sequence has an initial state, `[B]` (used by the trailing update).
+    /// Whether each sequence has an initial state, `[B]`.
     pub has_initial_state: Tensor<B, u8, Scalar>,
-    /// KV slot of each token, `[T]`; negative = do not store.
+    /// KV slot of each token, `[T]`.
     pub loc: Tensor<B, i64, Scalar>,
-    /// Per-token q temperature, `[>= T]`, or none.
+    /// Per-token q temperature, or none.
     pub tau: Option<Tensor<B, f32, Scalar>>,
     /// Prefix-cache tracking, or none.
     pub track: Option<ExtendTrack<B, C>>,
-    /// Rewrite each sequence's conv state from its tail after the main kernel.
-    pub update_conv_state: bool,
 }
 
-impl<B: Backend, L: QkvrLayout, C: ConvSpec> ExtendBatch<B, L, C> {
+impl<B: Backend, L: RowLayout, C: ConvSpec> ExtendBatch<B, L, C> {
     /// Ties the batch: `cu_seqlens` has `B+1` entries, the per-sequence arrays `B`, the
     /// per-token arrays `T`, `tau` at least `T`. Index values are guarded on the device.
     #[allow(clippy::too_many_arguments)]
@@ -302,6 +640,7 @@ impl<B: Backend, L: QkvrLayout, C: ConvSpec> ExtendBatch<B, L, C> {
     ) -> Result<Self> {
         let (tokens, seqs) = (qkvr.rows(), cache_indices.rows());
         to_i32("qkvr rows", tokens)?;
+        to_i32("cache_indices rows", seqs)?;
         cu_seqlens.expect_rows("cu_seqlens", "entries (B + 1)", seqs + 1)?;
         seq_of_token.expect_rows("seq_of_token", "tokens", tokens)?;
         cache_mask.expect_rows("cache_mask", "sequences", seqs)?;
@@ -335,34 +674,102 @@ impl<B: Backend, L: QkvrLayout, C: ConvSpec> ExtendBatch<B, L, C> {
     pub fn seqs(&self) -> usize {
         self.cache_indices.rows()
     }
+
+    tensor_accessors! {
+        /// Packed projection rows, `[T, ROW]`.
+        qkvr / qkvr_mut: bf16, QkvrRow<L>;
+        /// Token start of each sequence, `[B+1]`.
+        cu_seqlens / cu_seqlens_mut: i64, Scalar;
+        /// Sequence of each token, `[T]`.
+        seq_of_token / seq_of_token_mut: i32, Scalar;
+        /// Conv-state slot of each sequence, `[B]`; -1 = padding.
+        cache_indices / cache_indices_mut: i32, Scalar;
+        /// Whether each sequence reads cached history, `[B]` ("has initial state and valid").
+        cache_mask / cache_mask_mut: u8, Scalar;
+        /// Whether each sequence has an initial state, `[B]` (used by the trailing update).
+        has_initial_state / has_initial_state_mut: u8, Scalar;
+        /// KV slot of each token, `[T]`; negative = do not store.
+        loc / loc_mut: i64, Scalar;
+    }
+
+    /// Per-token q temperature, `[>= T]`, or none.
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+        self.tau.as_ref()
+    }
+    /// Prefix-cache tracking, or none.
+    pub fn track(&self) -> Option<&ExtendTrack<B, C>> {
+        self.track.as_ref()
+    }
+    /// Whether each sequence's conv state is rewritten from its tail after the main kernel.
+    pub fn update_conv_state(&self) -> bool {
+        self.update_conv_state
+    }
+
+    /// The tensors back.
+    pub fn into_parts(self) -> ExtendBatchParts<B, L, C> {
+        ExtendBatchParts {
+            qkvr: self.qkvr,
+            cu_seqlens: self.cu_seqlens,
+            seq_of_token: self.seq_of_token,
+            cache_indices: self.cache_indices,
+            cache_mask: self.cache_mask,
+            has_initial_state: self.has_initial_state,
+            loc: self.loc,
+            tau: self.tau,
+            track: self.track,
+        }
+    }
 }
 
 /// Prefix-cache tracking of the decode variant: flagged tokens also copy their new window to a
 /// second conv slot.
 pub struct DecodeTrack<B: Backend> {
-    /// Whether to track each token, `[T]` (0/1).
-    pub mask: Tensor<B, u8, Scalar>,
-    /// Destination conv slot of each token, `[T]`.
-    pub indices: Tensor<B, i64, Scalar>,
+    mask: Tensor<B, u8, Scalar>,     // [T]
+    indices: Tensor<B, i64, Scalar>, // [T]
+}
+
+impl<B: Backend> DecodeTrack<B> {
+    /// Ties the two per-token arrays to one token count (the batch checks `T`).
+    pub fn new(mask: Tensor<B, u8, Scalar>, indices: Tensor<B, i64, Scalar>) -> Result<Self> {
+        indices.expect_rows("track_indices", "tokens (as track_mask)", mask.rows())?;
+        Ok(Self { mask, indices })
+    }
+
+    tensor_accessors! {
+        /// Whether to track each token, `[T]` (0/1).
+        mask / mask_mut: u8, Scalar;
+        /// Destination conv slot of each token, `[T]`.
+        indices / indices_mut: i64, Scalar;
+    }
 }
 
 /// A decode batch: `T` independent tokens, one per sequence.
 pub struct DecodeBatch<B: Backend, L> {
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,      // [T, ROW]
+    cache_indices: Tensor<B, i32, Scalar>, // [T]
+    cache_mask: Tensor<B, u8, Scalar>,     // [T]
+    loc: Tensor<B, i64, Scalar>,           // [T]
+    tau: Option<Tensor<B, f32, Scalar>>,   // [>= T]
+    track: Option<DecodeTrack<B>>,
+}
+
+/// The tensors of a [`DecodeBatch`], given back by [`DecodeBatch::into_parts`].
+pub struct DecodeBatchParts<B: Backend, L> {
     /// Packed projection rows, `[T, ROW]`.
     pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
-    /// Conv-state slot of each token, `[T]`; -1 = padding.
+    /// Conv-state slot of each token, `[T]`.
     pub cache_indices: Tensor<B, i32, Scalar>,
-    /// Whether each token reads cached history, `[T]` (0/1).
+    /// Whether each token reads cached history, `[T]`.
     pub cache_mask: Tensor<B, u8, Scalar>,
-    /// KV slot of each token, `[T]`; negative = do not store.
+    /// KV slot of each token, `[T]`.
     pub loc: Tensor<B, i64, Scalar>,
-    /// Per-token q temperature, `[>= T]`, or none.
+    /// Per-token q temperature, or none.
     pub tau: Option<Tensor<B, f32, Scalar>>,
     /// Tracking, or none.
     pub track: Option<DecodeTrack<B>>,
 }
 
-impl<B: Backend, L: QkvrLayout> DecodeBatch<B, L> {
+impl<B: Backend, L: RowLayout> DecodeBatch<B, L> {
     /// Ties the batch: every per-token array has `T` entries, `tau` at least `T`.
     pub fn new(
         qkvr: Tensor<B, bf16, QkvrRow<L>>,
@@ -395,5 +802,37 @@ impl<B: Backend, L: QkvrLayout> DecodeBatch<B, L> {
     /// Tokens, `T`.
     pub fn tokens(&self) -> usize {
         self.qkvr.rows()
+    }
+
+    tensor_accessors! {
+        /// Packed projection rows, `[T, ROW]`.
+        qkvr / qkvr_mut: bf16, QkvrRow<L>;
+        /// Conv-state slot of each token, `[T]`; -1 = padding.
+        cache_indices / cache_indices_mut: i32, Scalar;
+        /// Whether each token reads cached history, `[T]` (0/1).
+        cache_mask / cache_mask_mut: u8, Scalar;
+        /// KV slot of each token, `[T]`; negative = do not store.
+        loc / loc_mut: i64, Scalar;
+    }
+
+    /// Per-token q temperature, `[>= T]`, or none.
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+        self.tau.as_ref()
+    }
+    /// Tracking, or none.
+    pub fn track(&self) -> Option<&DecodeTrack<B>> {
+        self.track.as_ref()
+    }
+
+    /// The tensors back.
+    pub fn into_parts(self) -> DecodeBatchParts<B, L> {
+        DecodeBatchParts {
+            qkvr: self.qkvr,
+            cache_indices: self.cache_indices,
+            cache_mask: self.cache_mask,
+            loc: self.loc,
+            tau: self.tau,
+            track: self.track,
+        }
     }
 }

@@ -1,16 +1,18 @@
 //! The typed `run` methods, and the checked call they hand to a backend.
 //!
 //! `run` ties the batch to the outputs, the caches and the windows (row counts only: integer
-//! compares, no device access) and flattens everything into a [`PrologueCall`] of plain buffers
-//! and extents. Backends trust a `PrologueCall`: the types and these checks made it consistent.
+//! compares, no device access) and flattens everything into a [`PrologueCall`] of borrowed
+//! slices and extents. Backends trust a `PrologueCall`: the types and these checks made it
+//! consistent. Everything in this module is internal: the module is private, so the call, its
+//! parts and the backend entry cannot be named, built or called from outside the crate.
 
 use super::args::{ConvState, DecodeBatch, ErrorCounter, ExtendBatch, PrologueWeights};
-use super::args::{VerifyBatch, VerifyWindows};
+use super::args::{Bf16Outputs, Mxfp8Outputs, VerifyBatch, VerifyWindows};
 use super::{
     ConvSpec, Decode, Extend, Outputs, Prologue, PrologueKernel, QkvrLayout, RunPrologue, Store,
     Verify,
 };
-use crate::backend::Backend;
+use crate::backend::{Backend, Cuda};
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
 use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
@@ -18,13 +20,13 @@ use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
 /// Where q goes.
 pub enum QTarget<'a, B: Backend> {
     /// bf16 q, `[T, DQ]`.
-    Bf16(&'a mut B::Buffer<bf16>),
+    Bf16(B::SliceMut<'a, bf16>),
     /// e4m3 q `[T, DQ]` and its block scales `[T, DQ/32]`.
     Mxfp8 {
         /// e4m3 data.
-        data: &'a mut B::Buffer<F8E4M3>,
+        data: B::SliceMut<'a, F8E4M3>,
         /// E8M0 scales.
-        scales: &'a mut B::Buffer<E8M0>,
+        scales: B::SliceMut<'a, E8M0>,
     },
 }
 
@@ -35,22 +37,22 @@ pub enum KvTarget<'a, B: Backend> {
     /// bf16 rows `[slots, DKV]`.
     Bf16 {
         /// K rows.
-        k: &'a mut B::Buffer<bf16>,
+        k: B::SliceMut<'a, bf16>,
         /// V rows.
-        v: &'a mut B::Buffer<bf16>,
+        v: B::SliceMut<'a, bf16>,
         /// Number of slots.
         slots: usize,
     },
     /// e4m3 rows `[slots, DKV]` and interleaved scale planes `[slots/PAGE, HKV, 32, PAGE/32, 4]`.
     Mxfp8 {
         /// K data.
-        k: &'a mut B::Buffer<F8E4M3>,
+        k: B::SliceMut<'a, F8E4M3>,
         /// V data.
-        v: &'a mut B::Buffer<F8E4M3>,
+        v: B::SliceMut<'a, F8E4M3>,
         /// K scales.
-        k_scales: &'a mut B::Buffer<E8M0>,
+        k_scales: B::SliceMut<'a, E8M0>,
         /// V scales.
-        v_scales: &'a mut B::Buffer<E8M0>,
+        v_scales: B::SliceMut<'a, E8M0>,
         /// Number of slots.
         slots: usize,
     },
@@ -63,20 +65,20 @@ pub enum VariantArgs<'a, B: Backend> {
         /// Draft tokens per sequence.
         draft_tokens: usize,
         /// k windows.
-        k_inter: &'a mut B::Buffer<bf16>,
+        k_inter: B::SliceMut<'a, bf16>,
         /// v windows.
-        v_inter: &'a mut B::Buffer<bf16>,
+        v_inter: B::SliceMut<'a, bf16>,
         /// Sequences the windows hold (>= B).
         capacity: usize,
     },
     /// Extend.
     Extend {
         /// `[B+1]` token starts.
-        cu_seqlens: &'a B::Buffer<i64>,
+        cu_seqlens: B::Slice<'a, i64>,
         /// `[T]` sequence of each token.
-        seq_of_token: &'a B::Buffer<i32>,
+        seq_of_token: B::Slice<'a, i32>,
         /// `[B]` initial-state flags.
-        has_initial_state: &'a B::Buffer<u8>,
+        has_initial_state: B::Slice<'a, u8>,
         /// Prefix-cache tracking.
         track: Option<ExtendTrackRef<'a, B>>,
         /// Run the trailing conv-state update.
@@ -89,102 +91,174 @@ pub enum VariantArgs<'a, B: Backend> {
     },
 }
 
-/// Extend tracking as plain buffers.
+/// Extend tracking as slices.
 pub struct ExtendTrackRef<'a, B: Backend> {
     /// `[B, W-1]` qkvr rows of each tracked window.
-    pub rows: &'a B::Buffer<i64>,
+    pub rows: B::Slice<'a, i64>,
     /// `[B]` whether to track.
-    pub mask: &'a B::Buffer<u8>,
+    pub mask: B::Slice<'a, u8>,
     /// `[B]` destination conv slot.
-    pub dst: &'a B::Buffer<i64>,
+    pub dst: B::Slice<'a, i64>,
 }
 
-/// Decode tracking as plain buffers.
+/// Decode tracking as slices.
 pub struct DecodeTrackRef<'a, B: Backend> {
     /// `[T]` whether to track.
-    pub mask: &'a B::Buffer<u8>,
+    pub mask: B::Slice<'a, u8>,
     /// `[T]` destination conv slot.
-    pub indices: &'a B::Buffer<i64>,
+    pub indices: B::Slice<'a, i64>,
 }
 
-/// One checked prologue call as plain buffers; extents in the comments.
+/// One checked prologue call as slices; extents in the comments.
 pub struct PrologueCall<'a, B: Backend> {
     /// Tokens, `T`.
     pub tokens: usize,
     /// Sequences, `B` (`T` for decode).
     pub seqs: usize,
     /// `[T, ROW]`.
-    pub qkvr: &'a B::Buffer<bf16>,
+    pub qkvr: B::Slice<'a, bf16>,
     /// `[HD]`.
-    pub q_gamma: &'a B::Buffer<bf16>,
+    pub q_gamma: B::Slice<'a, bf16>,
     /// `[HD]`.
-    pub k_gamma: &'a B::Buffer<bf16>,
+    pub k_gamma: B::Slice<'a, bf16>,
     /// `[DKV, W]`.
-    pub k_weight: &'a B::Buffer<bf16>,
+    pub k_weight: B::Slice<'a, bf16>,
     /// `[DKV, W]`.
-    pub v_weight: &'a B::Buffer<bf16>,
+    pub v_weight: B::Slice<'a, bf16>,
     /// RMSNorm epsilon.
     pub eps: f32,
     /// `[slots, W-1, DKV]`; written only by decode and the extend update.
-    pub k_cache: &'a mut B::Buffer<bf16>,
+    pub k_cache: B::SliceMut<'a, bf16>,
     /// `[slots, W-1, DKV]`.
-    pub v_cache: &'a mut B::Buffer<bf16>,
+    pub v_cache: B::SliceMut<'a, bf16>,
     /// Conv-state slots.
     pub conv_slots: usize,
     /// `[B]` (decode `[T]`).
-    pub cache_indices: &'a B::Buffer<i32>,
+    pub cache_indices: B::Slice<'a, i32>,
     /// `[B]` (decode `[T]`).
-    pub cache_mask: &'a B::Buffer<u8>,
+    pub cache_mask: B::Slice<'a, u8>,
     /// `[>= T]` or none.
-    pub tau: Option<&'a B::Buffer<f32>>,
+    pub tau: Option<B::Slice<'a, f32>>,
     /// `[T]`.
-    pub loc: &'a B::Buffer<i64>,
+    pub loc: B::Slice<'a, i64>,
     /// q output.
     pub q: QTarget<'a, B>,
     /// `[T, DKV]`.
-    pub k_out: &'a mut B::Buffer<bf16>,
+    pub k_out: B::SliceMut<'a, bf16>,
     /// `[T, DKV]`.
-    pub v_out: &'a mut B::Buffer<bf16>,
+    pub v_out: B::SliceMut<'a, bf16>,
     /// KV store.
     pub kv: KvTarget<'a, B>,
     /// Variant-specific arguments.
     pub variant: VariantArgs<'a, B>,
     /// `[1]` skipped-index counter, or none.
-    pub bad_index_count: Option<&'a mut B::Buffer<u32>>,
+    pub bad_index_count: Option<B::SliceMut<'a, u32>>,
 }
 
-/// A KV cache the prologue can store into.
-pub trait KvCacheTarget<B: Backend> {
-    /// The cache's buffers as a store target.
-    fn target(&mut self) -> KvTarget<'_, B>;
+/// The per-backend entry of the prologue.
+pub trait PrologueLaunchEntry: Backend + Sized {
+    /// Runs the main prologue kernel (and, for extend, the trailing conv-state update).
+    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<()>;
 }
-impl<B: Backend> KvCacheTarget<B> for () {
-    fn target(&mut self) -> KvTarget<'_, B> {
-        KvTarget::None
+
+/// A backend whose launches can be handed out as parameter blocks (CUDA).
+pub trait PlansLaunches: Backend + Sized {
+    /// The parameter blocks and shapes of one checked call.
+    fn plan<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<super::PrologueLaunch>;
+}
+impl PlansLaunches for Cuda {
+    fn plan<K: PrologueKernel>(&self, call: PrologueCall<'_, Cuda>) -> Result<super::PrologueLaunch> {
+        super::cuda::prologue_launch::<K>(self, call)
     }
 }
+
+/// An output set as the launch sees it: its row counts and its slices.
+pub trait OutputTargets<B: Backend> {
+    /// Rows of every output tensor, named (`"q_out"`, …), for the boundary check.
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)>;
+    /// The q target and the k/v outputs.
+    fn targets(&mut self) -> (QTarget<'_, B>, B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>);
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Bf16Outputs<B, DQ, DKV> {}
+impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Mxfp8Outputs<B, DQ, DKV> {}
+
+impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Bf16Outputs<B, DQ, DKV> {
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
+        [
+            ("q_out", self.q().rows()),
+            ("k_out", self.k().rows()),
+            ("v_out", self.v().rows()),
+        ]
+        .into_iter()
+    }
+    fn targets(&mut self) -> (QTarget<'_, B>, B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
+        let (q, k, v) = self.slices_mut();
+        (QTarget::Bf16(q), k, v)
+    }
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B>
+    for Mxfp8Outputs<B, DQ, DKV>
+{
+    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
+        [
+            ("q_out", self.q().rows()),
+            ("q_scale", self.q_scales().rows()),
+            ("k_out", self.k().rows()),
+            ("v_out", self.v().rows()),
+        ]
+        .into_iter()
+    }
+    fn targets(&mut self) -> (QTarget<'_, B>, B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
+        let (data, scales, k, v) = self.slices_mut();
+        (QTarget::Mxfp8 { data, scales }, k, v)
+    }
+}
+
+/// A KV cache the prologue can store into (none, [`PagedBf16Kv`], [`Mxfp8KvCache`]). Sealed:
+/// the launch trusts the slot count it reports.
+pub trait KvCacheTarget<B: Backend>: CacheSlices<B> {}
+impl<B: Backend> KvCacheTarget<B> for () {}
 impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
     for PagedBf16Kv<B, PAGE, DKV>
 {
-    fn target(&mut self) -> KvTarget<'_, B> {
-        let slots = self.slots();
-        KvTarget::Bf16 {
-            k: self.k.buffer_mut(),
-            v: self.v.buffer_mut(),
-            slots,
-        }
-    }
 }
 impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
     for Mxfp8KvCache<B, PAGE, DKV>
 {
+}
+
+/// A cache's slices as a store target.
+pub trait CacheSlices<B: Backend> {
+    /// The cache's slices and slot count.
+    fn target(&mut self) -> KvTarget<'_, B>;
+}
+impl<B: Backend> CacheSlices<B> for () {
+    fn target(&mut self) -> KvTarget<'_, B> {
+        KvTarget::None
+    }
+}
+impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B>
+    for PagedBf16Kv<B, PAGE, DKV>
+{
     fn target(&mut self) -> KvTarget<'_, B> {
         let slots = self.slots();
+        let (k, v) = self.slices_mut();
+        KvTarget::Bf16 { k, v, slots }
+    }
+}
+impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B>
+    for Mxfp8KvCache<B, PAGE, DKV>
+{
+    fn target(&mut self) -> KvTarget<'_, B> {
+        let slots = self.slots();
+        let (k, v, k_scales, v_scales) = self.slices_mut();
         KvTarget::Mxfp8 {
-            k: self.k.buffer_mut(),
-            v: self.v.buffer_mut(),
-            k_scales: self.k_scales.buffer_mut(),
-            v_scales: self.v_scales.buffer_mut(),
+            k,
+            v,
+            k_scales,
+            v_scales,
             slots,
         }
     }
@@ -194,11 +268,11 @@ impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
 struct BatchRefs<'a, B: Backend> {
     tokens: usize,
     seqs: usize,
-    qkvr: &'a B::Buffer<bf16>,
-    cache_indices: &'a B::Buffer<i32>,
-    cache_mask: &'a B::Buffer<u8>,
-    tau: Option<&'a B::Buffer<f32>>,
-    loc: &'a B::Buffer<i64>,
+    qkvr: B::Slice<'a, bf16>,
+    cache_indices: B::Slice<'a, i32>,
+    cache_mask: B::Slice<'a, u8>,
+    tau: Option<B::Slice<'a, f32>>,
+    loc: B::Slice<'a, i64>,
 }
 
 /// Ties the outputs to the batch and flattens everything into one call.
@@ -206,7 +280,7 @@ fn assemble<'a, B: Backend, const HD: usize, const DKV: usize, C: ConvSpec>(
     batch: BatchRefs<'a, B>,
     weights: &'a PrologueWeights<B, HD, DKV, C>,
     conv: &'a mut ConvState<B, DKV, C>,
-    out: &'a mut impl Outputs<B>,
+    out: &'a mut impl OutputTargets<B>,
     kv: KvTarget<'a, B>,
     variant: VariantArgs<'a, B>,
     errors: Option<&'a mut ErrorCounter<B>>,
@@ -214,17 +288,18 @@ fn assemble<'a, B: Backend, const HD: usize, const DKV: usize, C: ConvSpec>(
     check_outputs(out, batch.tokens)?;
     let (q, k_out, v_out) = out.targets();
     let conv_slots = conv.slots();
+    let (k_cache, v_cache) = conv.slices_mut();
     Ok(PrologueCall {
         tokens: batch.tokens,
         seqs: batch.seqs,
         qkvr: batch.qkvr,
-        q_gamma: weights.q_gamma.buffer(),
-        k_gamma: weights.k_gamma.buffer(),
-        k_weight: weights.k_weight.buffer(),
-        v_weight: weights.v_weight.buffer(),
-        eps: weights.eps,
-        k_cache: conv.k.buffer_mut(),
-        v_cache: conv.v.buffer_mut(),
+        q_gamma: weights.q_gamma().as_slice(),
+        k_gamma: weights.k_gamma().as_slice(),
+        k_weight: weights.k_weight().as_slice(),
+        v_weight: weights.v_weight().as_slice(),
+        eps: weights.eps(),
+        k_cache,
+        v_cache,
         conv_slots,
         cache_indices: batch.cache_indices,
         cache_mask: batch.cache_mask,
@@ -235,38 +310,83 @@ fn assemble<'a, B: Backend, const HD: usize, const DKV: usize, C: ConvSpec>(
         v_out,
         kv,
         variant,
-        bad_index_count: errors.map(|e| e.count.buffer_mut()),
+        bad_index_count: errors.map(|e| e.count_tensor_mut().as_slice_mut()),
     })
 }
 
-fn check_outputs<B: Backend>(out: &impl Outputs<B>, tokens: usize) -> Result<()> {
+fn check_outputs<B: Backend>(out: &impl OutputTargets<B>, tokens: usize) -> Result<()> {
     for (param, rows) in out.rows() {
         Error::check_extent(param, "tokens", tokens, rows)?;
     }
     Ok(())
 }
 
+/// The `run` (any backend) and `launch_plan` (CUDA) entries of one variant: both go through
+/// the variant's `call`, the one place its boundary checks live.
+macro_rules! variant_entries {
+    ($(#[$doc:meta])* ($($arg:ident: $ty:ty),*)) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn run<B: RunPrologue>(
+            &self,
+            backend: &B,
+            $($arg: $ty,)*
+        ) -> Result<()>
+        where
+            S::Cache<B, DKV>: KvCacheTarget<B>,
+        {
+            backend.prologue::<Self>(Self::call($($arg),*)?)
+        }
+
+        /// The launches `run` would queue on `cuda`, as parameter blocks and shapes, after the
+        /// same checks; nothing is queued. For replaying the call with raw driver launches
+        /// (a benchmark's baseline, an engine's own graph), which is `unsafe` on the caller's
+        /// side: the blocks hold raw device addresses of the buffers borrowed here.
+        #[allow(clippy::too_many_arguments)]
+        pub fn launch_plan<B: PlansLaunches>(
+            &self,
+            cuda: &B,
+            $($arg: $ty,)*
+        ) -> Result<super::PrologueLaunch>
+        where
+            S::Cache<B, DKV>: KvCacheTarget<B>,
+        {
+            cuda.plan::<Self>(Self::call($($arg),*)?)
+        }
+    };
+}
+
 impl<S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
     Prologue<Verify, S, HD, DQ, DKV, L, C>
 where
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
     Self: PrologueKernel,
 {
-    /// Runs the verify prologue: q/k/v out, windows saved, K/V stored at `loc`.
+    variant_entries! {
+        /// Runs the verify prologue: q/k/v out, windows saved, K/V stored at `loc`.
+        (
+            weights: &PrologueWeights<B, HD, DKV, C>,
+            conv: &mut ConvState<B, DKV, C>,
+            batch: &VerifyBatch<B, L>,
+            windows: &mut VerifyWindows<B, DKV, C>,
+            out: &mut S::Outputs<B, DQ, DKV>,
+            kv: &mut S::Cache<B, DKV>,
+            errors: Option<&mut ErrorCounter<B>>
+        )
+    }
+
     #[allow(clippy::too_many_arguments)]
-    pub fn run<B: RunPrologue>(
-        &self,
-        backend: &B,
-        weights: &PrologueWeights<B, HD, DKV, C>,
-        conv: &mut ConvState<B, DKV, C>,
-        batch: &VerifyBatch<B, L>,
-        windows: &mut VerifyWindows<B, DKV, C>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        kv: &mut S::Cache<B, DKV>,
-        errors: Option<&mut ErrorCounter<B>>,
-    ) -> Result<()>
+    fn call<'a, B: Backend>(
+        weights: &'a PrologueWeights<B, HD, DKV, C>,
+        conv: &'a mut ConvState<B, DKV, C>,
+        batch: &'a VerifyBatch<B, L>,
+        windows: &'a mut VerifyWindows<B, DKV, C>,
+        out: &'a mut S::Outputs<B, DQ, DKV>,
+        kv: &'a mut S::Cache<B, DKV>,
+        errors: Option<&'a mut ErrorCounter<B>>,
+    ) -> Result<PrologueCall<'a, B>>
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
@@ -287,28 +407,21 @@ where
         let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.seqs(),
-            qkvr: batch.qkvr.buffer(),
-            cache_indices: batch.cache_indices.buffer(),
-            cache_mask: batch.cache_mask.buffer(),
-            tau: batch.tau.as_ref().map(|t| t.buffer()),
-            loc: batch.loc.buffer(),
+            qkvr: batch.qkvr().as_slice(),
+            cache_indices: batch.cache_indices().as_slice(),
+            cache_mask: batch.cache_mask().as_slice(),
+            tau: batch.tau().map(|t| t.as_slice()),
+            loc: batch.loc().as_slice(),
         };
         let capacity = windows.capacity();
+        let (k_inter, v_inter) = windows.slices_mut();
         let variant = VariantArgs::Verify {
             draft_tokens: batch.draft_tokens(),
-            k_inter: windows.k.buffer_mut(),
-            v_inter: windows.v.buffer_mut(),
+            k_inter,
+            v_inter,
             capacity,
         };
-        backend.prologue::<Self>(assemble(
-            refs,
-            weights,
-            conv,
-            out,
-            kv.target(),
-            variant,
-            errors,
-        )?)
+        assemble(refs, weights, conv, out, kv.target(), variant, errors)
     }
 }
 
@@ -316,54 +429,54 @@ impl<S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
     Prologue<Extend, S, HD, DQ, DKV, L, C>
 where
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
     Self: PrologueKernel,
 {
-    /// Runs the extend prologue, then (if asked) the trailing conv-state update.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run<B: RunPrologue>(
-        &self,
-        backend: &B,
-        weights: &PrologueWeights<B, HD, DKV, C>,
-        conv: &mut ConvState<B, DKV, C>,
-        batch: &ExtendBatch<B, L, C>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        kv: &mut S::Cache<B, DKV>,
-        errors: Option<&mut ErrorCounter<B>>,
-    ) -> Result<()>
+    variant_entries! {
+        /// Runs the extend prologue, then (if asked) the trailing conv-state update.
+        (
+            weights: &PrologueWeights<B, HD, DKV, C>,
+            conv: &mut ConvState<B, DKV, C>,
+            batch: &ExtendBatch<B, L, C>,
+            out: &mut S::Outputs<B, DQ, DKV>,
+            kv: &mut S::Cache<B, DKV>,
+            errors: Option<&mut ErrorCounter<B>>
+        )
+    }
+
+    fn call<'a, B: Backend>(
+        weights: &'a PrologueWeights<B, HD, DKV, C>,
+        conv: &'a mut ConvState<B, DKV, C>,
+        batch: &'a ExtendBatch<B, L, C>,
+        out: &'a mut S::Outputs<B, DQ, DKV>,
+        kv: &'a mut S::Cache<B, DKV>,
+        errors: Option<&'a mut ErrorCounter<B>>,
+    ) -> Result<PrologueCall<'a, B>>
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
         let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.seqs(),
-            qkvr: batch.qkvr.buffer(),
-            cache_indices: batch.cache_indices.buffer(),
-            cache_mask: batch.cache_mask.buffer(),
-            tau: batch.tau.as_ref().map(|t| t.buffer()),
-            loc: batch.loc.buffer(),
+            qkvr: batch.qkvr().as_slice(),
+            cache_indices: batch.cache_indices().as_slice(),
+            cache_mask: batch.cache_mask().as_slice(),
+            tau: batch.tau().map(|t| t.as_slice()),
+            loc: batch.loc().as_slice(),
         };
         let variant = VariantArgs::Extend {
-            cu_seqlens: batch.cu_seqlens.buffer(),
-            seq_of_token: batch.seq_of_token.buffer(),
-            has_initial_state: batch.has_initial_state.buffer(),
-            track: batch.track.as_ref().map(|t| ExtendTrackRef {
-                rows: t.rows.buffer(),
-                mask: t.mask.buffer(),
-                dst: t.dst.buffer(),
+            cu_seqlens: batch.cu_seqlens().as_slice(),
+            seq_of_token: batch.seq_of_token().as_slice(),
+            has_initial_state: batch.has_initial_state().as_slice(),
+            track: batch.track().map(|t| ExtendTrackRef {
+                rows: t.rows().as_slice(),
+                mask: t.mask().as_slice(),
+                dst: t.dst().as_slice(),
             }),
-            update_conv_state: batch.update_conv_state,
+            update_conv_state: batch.update_conv_state(),
         };
-        backend.prologue::<Self>(assemble(
-            refs,
-            weights,
-            conv,
-            out,
-            kv.target(),
-            variant,
-            errors,
-        )?)
+        assemble(refs, weights, conv, out, kv.target(), variant, errors)
     }
 }
 
@@ -371,48 +484,48 @@ impl<S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
     Prologue<Decode, S, HD, DQ, DKV, L, C>
 where
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
     Self: PrologueKernel,
 {
-    /// Runs the decode prologue: the conv state of each valid token is updated in place.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run<B: RunPrologue>(
-        &self,
-        backend: &B,
-        weights: &PrologueWeights<B, HD, DKV, C>,
-        conv: &mut ConvState<B, DKV, C>,
-        batch: &DecodeBatch<B, L>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        kv: &mut S::Cache<B, DKV>,
-        errors: Option<&mut ErrorCounter<B>>,
-    ) -> Result<()>
+    variant_entries! {
+        /// Runs the decode prologue: the conv state of each valid token is updated in place.
+        (
+            weights: &PrologueWeights<B, HD, DKV, C>,
+            conv: &mut ConvState<B, DKV, C>,
+            batch: &DecodeBatch<B, L>,
+            out: &mut S::Outputs<B, DQ, DKV>,
+            kv: &mut S::Cache<B, DKV>,
+            errors: Option<&mut ErrorCounter<B>>
+        )
+    }
+
+    fn call<'a, B: Backend>(
+        weights: &'a PrologueWeights<B, HD, DKV, C>,
+        conv: &'a mut ConvState<B, DKV, C>,
+        batch: &'a DecodeBatch<B, L>,
+        out: &'a mut S::Outputs<B, DQ, DKV>,
+        kv: &'a mut S::Cache<B, DKV>,
+        errors: Option<&'a mut ErrorCounter<B>>,
+    ) -> Result<PrologueCall<'a, B>>
     where
         S::Cache<B, DKV>: KvCacheTarget<B>,
     {
         let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.tokens(),
-            qkvr: batch.qkvr.buffer(),
-            cache_indices: batch.cache_indices.buffer(),
-            cache_mask: batch.cache_mask.buffer(),
-            tau: batch.tau.as_ref().map(|t| t.buffer()),
-            loc: batch.loc.buffer(),
+            qkvr: batch.qkvr().as_slice(),
+            cache_indices: batch.cache_indices().as_slice(),
+            cache_mask: batch.cache_mask().as_slice(),
+            tau: batch.tau().map(|t| t.as_slice()),
+            loc: batch.loc().as_slice(),
         };
         let variant = VariantArgs::Decode {
-            track: batch.track.as_ref().map(|t| DecodeTrackRef {
-                mask: t.mask.buffer(),
-                indices: t.indices.buffer(),
+            track: batch.track().map(|t| DecodeTrackRef {
+                mask: t.mask().as_slice(),
+                indices: t.indices().as_slice(),
             }),
         };
-        backend.prologue::<Self>(assemble(
-            refs,
-            weights,
-            conv,
-            out,
-            kv.target(),
-            variant,
-            errors,
-        )?)
+        assemble(refs, weights, conv, out, kv.target(), variant, errors)
     }
 }

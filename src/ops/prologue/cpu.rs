@@ -7,14 +7,14 @@
 
 use rayon::prelude::*;
 
-use super::call::{KvTarget, PrologueCall, QTarget, VariantArgs};
-use super::{PrologueKernel, PrologueStatics, RunPrologue};
+use super::call::{KvTarget, PrologueCall, PrologueLaunchEntry, QTarget, VariantArgs};
+use super::{PrologueKernel, PrologueStatics};
 use crate::backend::Cpu;
 use crate::dtype::{MXFP8_BLOCK, bf16, mxfp8_encode_block, mxfp8_encode_row, rn_bf16};
 use crate::error::Result;
 use crate::layout::{kv_data_offset, scale_plane_offset};
 
-impl RunPrologue for Cpu {
+impl PrologueLaunchEntry for Cpu {
     fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cpu>) -> Result<()> {
         run(&K::STATICS, call);
         Ok(())

@@ -2,10 +2,10 @@
 
 use std::marker::PhantomData;
 
-use super::call::{KvTarget, PrologueCall, QTarget, VariantArgs};
-use super::{ConvSpec, Prologue, PrologueStatics, QkvrLayout, RunPrologue, Store, Variant};
+use super::call::{KvTarget, PrologueCall, PrologueLaunchEntry, QTarget, VariantArgs};
+use super::{ConvSpec, Prologue, PrologueStatics, QkvrLayout, Store, Variant};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
 use crate::error::Result;
 
 const SOURCE: &str = include_str!("../../../kernels/inkling_prologue.cu");
@@ -84,7 +84,7 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> CudaKernel
 where
     V: Variant,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
 {
     const SOURCE: &'static str = SOURCE;
@@ -114,18 +114,20 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> PrologueKer
 where
     V: Variant,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
 {
     const STATICS: PrologueStatics = Prologue::<V, S, HD, DQ, DKV, L, C>::STATICS;
-    type Update = ConvStateUpdateKernel<HD, DKV, L, C>;
+    type Update = ConvStateUpdateKernel<HD, DQ, DKV, L, C>;
 }
 
 /// `inkling_conv_state_update_kernel<HD, HKV, W, K_OFF, V_OFF>`.
-pub struct ConvStateUpdateKernel<const HD: usize, const DKV: usize, L, C>(PhantomData<(L, C)>);
+pub struct ConvStateUpdateKernel<const HD: usize, const DQ: usize, const DKV: usize, L, C>(
+    PhantomData<(L, C)>,
+);
 
-impl<const HD: usize, const DKV: usize, L: QkvrLayout, C: ConvSpec> CudaKernel
-    for ConvStateUpdateKernel<HD, DKV, L, C>
+impl<const HD: usize, const DQ: usize, const DKV: usize, L: QkvrLayout<DQ, DKV>, C: ConvSpec>
+    CudaKernel for ConvStateUpdateKernel<HD, DQ, DKV, L, C>
 {
     const SOURCE: &'static str = SOURCE;
     type Params = ConvStateUpdateParams;
@@ -140,6 +142,7 @@ impl<const HD: usize, const DKV: usize, L: QkvrLayout, C: ConvSpec> CudaKernel
         )
     }
 }
+
 
 /// Threads per block of the main kernel (`kPrologueThreads`).
 const PROLOGUE_THREADS: usize = 128;
@@ -201,63 +204,98 @@ pub struct PrologueLaunch {
     pub update: Option<(LaunchShape, ConvStateUpdateParams)>,
 }
 
-impl RunPrologue for Cuda {
-    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cuda>) -> Result<()> {
+impl PrologueLaunchEntry for Cuda {
+    fn prologue<K: PrologueKernel>(&self, mut call: PrologueCall<'_, Cuda>) -> Result<()> {
         if call.tokens == 0 {
             return Ok(());
         }
-        let launch = prologue_launch::<K>(self, call);
+        let mut args = DeviceArgs::new(self);
+        let launch = fill_params::<K>(&mut args, &mut call)?;
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
-        unsafe { self.launch::<K>(launch.shape, &launch.params)? };
-        if let Some((shape, params)) = launch.update {
+        let mut launched = unsafe { self.launch::<K>(launch.shape, &launch.params) };
+        if let (Ok(()), Some((shape, params))) = (&launched, launch.update) {
             // SAFETY: as above; the update reads the same tied buffers.
-            unsafe { self.launch::<K::Update>(shape, &params)? };
+            launched = unsafe { self.launch::<K::Update>(shape, &params) };
         }
-        Ok(())
+        drop(args); // records the launches' reads and writes (when the context tracks events)
+        launched
     }
 }
 
-/// The parameter blocks and shapes of one checked call.
-pub fn prologue_launch<K: PrologueKernel>(
+/// The parameter blocks and shapes of one checked call, for a caller's raw launches.
+pub(crate) fn prologue_launch<K: PrologueKernel>(
     cuda: &Cuda,
-    call: PrologueCall<'_, Cuda>,
-) -> PrologueLaunch {
+    mut call: PrologueCall<'_, Cuda>,
+) -> Result<PrologueLaunch> {
+    let mut args = DeviceArgs::new(cuda);
+    fill_params::<K>(&mut args, &mut call)
+}
+
+/// Admits every buffer of `call` and fills the parameter blocks.
+fn fill_params<'a, K: PrologueKernel>(
+    args: &mut DeviceArgs<'a>,
+    call: &'a mut PrologueCall<'_, Cuda>,
+) -> Result<PrologueLaunch> {
     let st = K::STATICS;
-    let ptr = |b: &cudarc::driver::CudaSlice<_>| cuda.ptr(b);
+    let PrologueCall {
+        tokens,
+        seqs,
+        qkvr,
+        q_gamma,
+        k_gamma,
+        k_weight,
+        v_weight,
+        eps,
+        k_cache,
+        v_cache,
+        conv_slots,
+        cache_indices,
+        cache_mask,
+        tau,
+        loc,
+        q,
+        k_out,
+        v_out,
+        kv,
+        variant,
+        bad_index_count,
+    } = call;
     let mut p = PrologueParams {
-        qkvr: cuda.ptr(call.qkvr),
+        qkvr: args.read("qkvr", qkvr)?,
         qkvr_row_stride: st.row as i64,
-        num_tokens: call.tokens as i32,
-        num_seqs: call.seqs as i32,
-        k_cache: cuda.ptr(call.k_cache),
-        v_cache: cuda.ptr(call.v_cache),
-        conv_slots: call.conv_slots as i32,
-        cache_indices: cuda.ptr(call.cache_indices),
-        cache_mask: cuda.ptr(call.cache_mask),
-        k_weight: cuda.ptr(call.k_weight),
-        v_weight: cuda.ptr(call.v_weight),
-        q_gamma: cuda.ptr(call.q_gamma),
-        k_gamma: cuda.ptr(call.k_gamma),
-        eps: call.eps,
-        tau: call.tau.map_or(0, |t| cuda.ptr(t)),
-        k_out: cuda.ptr(call.k_out),
-        v_out: cuda.ptr(call.v_out),
-        loc: cuda.ptr(call.loc),
-        bad_index_count: call.bad_index_count.as_ref().map_or(0, |c| cuda.ptr(c)),
+        num_tokens: *tokens as i32,
+        num_seqs: *seqs as i32,
+        k_cache: args.write("k_cache", k_cache)?,
+        v_cache: args.write("v_cache", v_cache)?,
+        conv_slots: *conv_slots as i32,
+        cache_indices: args.read("cache_indices", cache_indices)?,
+        cache_mask: args.read("cache_mask", cache_mask)?,
+        k_weight: args.read("k_weight", k_weight)?,
+        v_weight: args.read("v_weight", v_weight)?,
+        q_gamma: args.read("q_gamma", q_gamma)?,
+        k_gamma: args.read("k_gamma", k_gamma)?,
+        eps: *eps,
+        tau: args.read_opt("log_scaling_tau", tau.as_ref())?,
+        k_out: args.write("k_out", k_out)?,
+        v_out: args.write("v_out", v_out)?,
+        loc: args.read("loc", loc)?,
+        bad_index_count: args.write_opt("bad_index_count", bad_index_count.as_mut())?,
         ..Default::default()
     };
-    match &call.q {
-        QTarget::Bf16(q) => p.q_out = cuda.ptr(q),
+    match q {
+        QTarget::Bf16(q) => p.q_out = args.write("q_out", q)?,
         QTarget::Mxfp8 { data, scales } => {
-            p.q_out = cuda.ptr(data);
-            p.q_scale = cuda.ptr(scales);
+            p.q_out = args.write("q_out", data)?;
+            p.q_scale = args.write("q_scale", scales)?;
         }
     }
-    match &call.kv {
+    match kv {
         KvTarget::None => {}
         KvTarget::Bf16 { k, v, slots } => {
-            (p.k_buf, p.v_buf, p.kv_slots) = (cuda.ptr(k), cuda.ptr(v), *slots as i64);
+            p.k_buf = args.write("k_buf", k)?;
+            p.v_buf = args.write("v_buf", v)?;
+            p.kv_slots = *slots as i64;
         }
         KvTarget::Mxfp8 {
             k,
@@ -266,12 +304,15 @@ pub fn prologue_launch<K: PrologueKernel>(
             v_scales,
             slots,
         } => {
-            (p.k_buf, p.v_buf, p.kv_slots) = (cuda.ptr(k), cuda.ptr(v), *slots as i64);
-            (p.sfk, p.sfv) = (cuda.ptr(k_scales), cuda.ptr(v_scales));
+            p.k_buf = args.write("k_buf", k)?;
+            p.v_buf = args.write("v_buf", v)?;
+            p.sfk = args.write("sfk", k_scales)?;
+            p.sfv = args.write("sfv", v_scales)?;
+            p.kv_slots = *slots as i64;
         }
     }
     let mut update = None;
-    match &call.variant {
+    match variant {
         VariantArgs::Verify {
             draft_tokens,
             k_inter,
@@ -279,7 +320,8 @@ pub fn prologue_launch<K: PrologueKernel>(
             capacity,
         } => {
             p.draft_tokens = *draft_tokens as i32;
-            (p.k_inter, p.v_inter) = (ptr(k_inter), ptr(v_inter));
+            p.k_inter = args.write("k_inter", k_inter)?;
+            p.v_inter = args.write("v_inter", v_inter)?;
             p.inter_capacity = *capacity as i32;
         }
         VariantArgs::Extend {
@@ -289,8 +331,8 @@ pub fn prologue_launch<K: PrologueKernel>(
             track,
             update_conv_state,
         } => {
-            p.cu_seqlens = cuda.ptr(cu_seqlens);
-            p.seq_of_token = cuda.ptr(seq_of_token);
+            p.cu_seqlens = args.read("cu_seqlens", cu_seqlens)?;
+            p.seq_of_token = args.read("seq_of_token", seq_of_token)?;
             if *update_conv_state || track.is_some() {
                 let mut u = ConvStateUpdateParams {
                     qkvr: p.qkvr,
@@ -302,29 +344,31 @@ pub fn prologue_launch<K: PrologueKernel>(
                     conv_slots: p.conv_slots,
                     do_cache_update: *update_conv_state as i32,
                     cache_indices: p.cache_indices,
-                    has_initial_state: cuda.ptr(has_initial_state),
+                    has_initial_state: args.read("has_initial_state", has_initial_state)?,
                     cu_seqlens: p.cu_seqlens,
                     bad_index_count: p.bad_index_count,
                     ..Default::default()
                 };
                 if let Some(t) = track {
-                    (u.track_rows, u.track_mask, u.track_dst) =
-                        (cuda.ptr(t.rows), cuda.ptr(t.mask), cuda.ptr(t.dst));
+                    u.track_rows = args.read("track_rows", &t.rows)?;
+                    u.track_mask = args.read("track_mask", &t.mask)?;
+                    u.track_dst = args.read("track_dst", &t.dst)?;
                 }
                 update = Some(u);
             }
         }
         VariantArgs::Decode { track } => {
             if let Some(t) = track {
-                (p.track_mask, p.track_indices) = (cuda.ptr(t.mask), cuda.ptr(t.indices));
+                p.track_mask = args.read("track_mask", &t.mask)?;
+                p.track_indices = args.read("track_indices", &t.indices)?;
             }
         }
     }
-    PrologueLaunch {
-        shape: prologue_launch_shape(&st, call.tokens),
+    Ok(PrologueLaunch {
+        shape: prologue_launch_shape(&st, *tokens),
         params: p,
         update: update
-            .filter(|_| call.seqs > 0)
-            .map(|u| (update_launch_shape(&st, call.seqs), u)),
-    }
+            .filter(|_| *seqs > 0)
+            .map(|u| (update_launch_shape(&st, *seqs), u)),
+    })
 }

@@ -17,31 +17,30 @@ pub use args::{
     ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
     ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
 };
-pub use call::{
-    DecodeTrackRef, ExtendTrackRef, KvCacheTarget, KvTarget, PrologueCall, QTarget, VariantArgs,
+pub use args::{
+    Bf16OutputParts, DecodeBatchParts, ExtendBatchParts, Mxfp8OutputParts, VerifyBatchParts,
 };
+pub use call::KvCacheTarget;
 pub use cuda::{
     ConvStateUpdateKernel, ConvStateUpdateParams, PrologueKernel, PrologueLaunch, PrologueParams,
-    prologue_launch,
 };
 
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
+use crate::backend::sealed::Sealed;
 use crate::dim::Dim;
-use crate::dtype::{E8M0, F8E4M3, bf16};
-use crate::error::Result;
 use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
 use crate::rules::{
     ConvWidth, Mxfp8PageSize, Mxfp8Width, PageSize, PrologueHeadDim, RowOffset, WholeHeads,
 };
-use crate::tensor::{BlockScales, Cols, RowShape, Tensor};
+use crate::tensor::RowShape;
 
 pub mod select;
 pub use select::{PreferMxfp8, PreferredStore};
 
-/// Which of the three prologue entry points a kernel type is.
-pub trait Variant: 'static {
+/// Which of the three prologue entry points a kernel type is (sealed).
+pub trait Variant: Sealed + 'static {
     /// The kernel's `VARIANT` template argument.
     const ID: u32;
 }
@@ -52,6 +51,9 @@ pub struct Verify;
 pub struct Extend;
 /// Decode: one token per sequence, conv state updated in place.
 pub struct Decode;
+impl Sealed for Verify {}
+impl Sealed for Extend {}
+impl Sealed for Decode {}
 impl Variant for Verify {
     const ID: u32 = 0;
 }
@@ -62,8 +64,9 @@ impl Variant for Decode {
     const ID: u32 = 2;
 }
 
-/// Where the prologue puts K and V, and what q looks like on the way out.
-pub trait Store: 'static {
+/// Where the prologue puts K and V, and what q looks like on the way out. Sealed: the kernel's
+/// store argument must match the outputs and cache types it names.
+pub trait Store: Sealed + 'static {
     /// The kernel's `STORE` template argument (0 none, 1 bf16, 2 MXFP8).
     const ID: u32;
     /// The page size the kernel is instantiated with (0 where the store ignores pages).
@@ -81,6 +84,9 @@ pub struct Bf16Store<const PAGE: usize>;
 /// MXFP8 store: q as e4m3 + block scales, K/V into an [`Mxfp8KvCache`] with pages of `PAGE`.
 pub struct Mxfp8Store<const PAGE: usize>;
 
+impl Sealed for NoStore {}
+impl<const PAGE: usize> Sealed for Bf16Store<PAGE> {}
+impl<const PAGE: usize> Sealed for Mxfp8Store<PAGE> {}
 impl Store for NoStore {
     const ID: u32 = 0;
     const KERNEL_PAGE: usize = 0;
@@ -100,98 +106,11 @@ impl<const PAGE: usize> Store for Mxfp8Store<PAGE> {
     type Cache<B: Backend, const DKV: usize> = Mxfp8KvCache<B, PAGE, DKV>;
 }
 
-/// The per-token outputs of a call, as the backends see them.
-pub trait Outputs<B: Backend> {
-    /// Rows of every output tensor, named (`"q_out"`, …), for the boundary check.
-    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)>;
-    /// The q target and the k/v outputs.
-    fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>);
-}
+/// The per-token outputs of a call (q, its scales where MXFP8, k and v), tied to one token
+/// count. Sealed: the launch trusts the row counts it reports.
+pub trait Outputs<B: Backend>: call::OutputTargets<B> {}
 
-/// Outputs with a bf16 q: `q [T, DQ]`, `k [T, DKV]`, `v [T, DKV]`.
-pub struct Bf16Outputs<B: Backend, const DQ: usize, const DKV: usize> {
-    /// Normalized (and tau-scaled) q, `[T, DQ]`.
-    pub q: Tensor<B, bf16, Cols<DQ>>,
-    /// Conv + RMSNorm k, `[T, DKV]`.
-    pub k: Tensor<B, bf16, Cols<DKV>>,
-    /// Conv v, `[T, DKV]`.
-    pub v: Tensor<B, bf16, Cols<DKV>>,
-}
-
-/// Outputs with an MXFP8 q: `q [T, DQ]` e4m3, `q_scales [T, HQ, 4]`, `k`, `v` bf16.
-pub struct Mxfp8Outputs<B: Backend, const DQ: usize, const DKV: usize> {
-    /// q as e4m3, `[T, DQ]`.
-    pub q: Tensor<B, F8E4M3, Cols<DQ>>,
-    /// q's E8M0 block scales, `[T, HQ, 4]` (one per 32 channels).
-    pub q_scales: Tensor<B, E8M0, BlockScales<DQ>>,
-    /// Conv + RMSNorm k, `[T, DKV]` bf16.
-    pub k: Tensor<B, bf16, Cols<DKV>>,
-    /// Conv v, `[T, DKV]` bf16.
-    pub v: Tensor<B, bf16, Cols<DKV>>,
-}
-
-impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
-    /// Zeroed outputs for `tokens` tokens.
-    pub fn zeros(backend: &B, tokens: usize) -> Result<Self> {
-        Ok(Self {
-            q: Tensor::zeros(backend, tokens)?,
-            k: Tensor::zeros(backend, tokens)?,
-            v: Tensor::zeros(backend, tokens)?,
-        })
-    }
-}
-
-impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
-    /// Zeroed outputs for `tokens` tokens.
-    pub fn zeros(backend: &B, tokens: usize) -> Result<Self> {
-        Ok(Self {
-            q: Tensor::zeros(backend, tokens)?,
-            q_scales: Tensor::zeros(backend, tokens)?,
-            k: Tensor::zeros(backend, tokens)?,
-            v: Tensor::zeros(backend, tokens)?,
-        })
-    }
-}
-
-impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Bf16Outputs<B, DQ, DKV> {
-    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
-        [
-            ("q_out", self.q.rows()),
-            ("k_out", self.k.rows()),
-            ("v_out", self.v.rows()),
-        ]
-        .into_iter()
-    }
-    fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>) {
-        (
-            QTarget::Bf16(self.q.buffer_mut()),
-            self.k.buffer_mut(),
-            self.v.buffer_mut(),
-        )
-    }
-}
-
-impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Mxfp8Outputs<B, DQ, DKV> {
-    fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
-        [
-            ("q_out", self.q.rows()),
-            ("q_scale", self.q_scales.rows()),
-            ("k_out", self.k.rows()),
-            ("v_out", self.v.rows()),
-        ]
-        .into_iter()
-    }
-    fn targets(&mut self) -> (QTarget<'_, B>, &mut B::Buffer<bf16>, &mut B::Buffer<bf16>) {
-        (
-            QTarget::Mxfp8 {
-                data: self.q.buffer_mut(),
-                scales: self.q_scales.buffer_mut(),
-            },
-            self.k.buffer_mut(),
-            self.v.buffer_mut(),
-        )
-    }
-}
+pub use args::{Bf16Outputs, Mxfp8Outputs};
 
 /// The depthwise causal conv applied to k and v: width `W`, optional SiLU, optional residual.
 pub struct Conv<const W: usize, const SILU: bool, const RESIDUAL: bool>;
@@ -199,8 +118,9 @@ pub struct Conv<const W: usize, const SILU: bool, const RESIDUAL: bool>;
 /// Inkling's k/v conv: width 4, no activation, residual add.
 pub type InklingConv = Conv<4, false, true>;
 
-/// A conv the prologue can run (`W` satisfies [`ConvWidth`]).
-pub trait ConvSpec: 'static {
+/// A conv the prologue can run (`W` satisfies [`ConvWidth`]). Sealed: the conv-state row
+/// shape and the kernel's instantiation are derived from it.
+pub trait ConvSpec: Sealed + 'static {
     /// Taps, including the current token.
     const W: usize;
     /// History rows kept in the conv-state cache, `W - 1`.
@@ -210,6 +130,7 @@ pub trait ConvSpec: 'static {
     /// Residual add of the pre-conv input after the conv.
     const RESIDUAL: bool;
 }
+impl<const W: usize, const SILU: bool, const RESIDUAL: bool> Sealed for Conv<W, SILU, RESIDUAL> {}
 impl<const W: usize, const SILU: bool, const RESIDUAL: bool> ConvSpec for Conv<W, SILU, RESIDUAL>
 where
     Dim<W>: ConvWidth,
@@ -220,10 +141,24 @@ where
     const RESIDUAL: bool = RESIDUAL;
 }
 
-/// The layout of the packed projection row `qkvr`: its width and where q, k and v start.
-pub trait QkvrLayout: 'static {
+/// A packed projection row `qkvr` of `ROW` bf16 elements (sealed: the only rows are
+/// [`PackedRow`]s, whose slices lie inside the row by construction).
+pub trait RowLayout: Sealed + 'static {
     /// Elements per row (the row stride).
     const ROW: usize;
+}
+
+/// Where q, k and v lie in a packed row, for a kernel with q width `DQ` and k/v width `DKV`.
+///
+/// A [`PackedRow`] implements it for exactly its own widths, so a row that does not hold the
+/// kernel's slices is a type error that `cargo check` reports, and no offset can run past the
+/// row: the offsets are derived from the widths, never written.
+#[diagnostic::on_unimplemented(
+    message = "packed row `{Self}` does not hold the kernel's slices: q of {DQ} and k, v of {DKV} channels",
+    label = "the row's q and k/v widths must be the kernel's DQ and DKV",
+    note = "`PackedRow<DQ, DKV, TAIL>` is [q: DQ | k: DKV | v: DKV | TAIL more elements]; write the kernel's widths in it (Inkling TP8 global layer: `PackedRow<1024, 128, 128>`)"
+)]
+pub trait QkvrLayout<const DQ: usize, const DKV: usize>: RowLayout {
     /// Offset of q.
     const Q_OFF: usize;
     /// Offset of k.
@@ -232,26 +167,31 @@ pub trait QkvrLayout: 'static {
     const V_OFF: usize;
 }
 
-/// A packed row of `ROW` bf16 elements with q, k, v starting at the given offsets; every
-/// offset and the row stride must be multiples of 8 (16-byte vectors).
-pub struct PackedRow<const ROW: usize, const Q_OFF: usize, const K_OFF: usize, const V_OFF: usize>;
-impl<const ROW: usize, const Q_OFF: usize, const K_OFF: usize, const V_OFF: usize> QkvrLayout
-    for PackedRow<ROW, Q_OFF, K_OFF, V_OFF>
+/// A packed projection row `[q: DQ | k: DKV | v: DKV | TAIL more]` of bf16 elements (Inkling's
+/// `qkvr`: the tail is `r`, which the prologue does not read). The offsets are derived from the
+/// widths, so the three slices never overlap and never leave the row; `TAIL` must be a
+/// multiple of 8 so every row starts on a 16-byte vector.
+pub struct PackedRow<const DQ: usize, const DKV: usize, const TAIL: usize>;
+impl<const DQ: usize, const DKV: usize, const TAIL: usize> Sealed for PackedRow<DQ, DKV, TAIL> {}
+impl<const DQ: usize, const DKV: usize, const TAIL: usize> RowLayout for PackedRow<DQ, DKV, TAIL>
 where
-    Dim<ROW>: RowOffset,
-    Dim<Q_OFF>: RowOffset,
-    Dim<K_OFF>: RowOffset,
-    Dim<V_OFF>: RowOffset,
+    Dim<TAIL>: RowOffset,
 {
-    const ROW: usize = ROW;
-    const Q_OFF: usize = Q_OFF;
-    const K_OFF: usize = K_OFF;
-    const V_OFF: usize = V_OFF;
+    const ROW: usize = DQ + 2 * DKV + TAIL;
+}
+impl<const DQ: usize, const DKV: usize, const TAIL: usize> QkvrLayout<DQ, DKV>
+    for PackedRow<DQ, DKV, TAIL>
+where
+    Dim<TAIL>: RowOffset,
+{
+    const Q_OFF: usize = 0;
+    const K_OFF: usize = DQ;
+    const V_OFF: usize = DQ + DKV;
 }
 
 /// A row of the packed projection, `[L::ROW]`.
 pub struct QkvrRow<L>(PhantomData<L>);
-impl<L: QkvrLayout> RowShape for QkvrRow<L> {
+impl<L: RowLayout> RowShape for QkvrRow<L> {
     const COLS: usize = L::ROW;
 }
 
@@ -334,16 +274,15 @@ impl<V: Variant, const DQ: usize, const DKV: usize, L: 'static, C: 'static, cons
     Prologue<V, Mxfp8Store<PAGE>, 128, DQ, DKV, L, C>
 {
     /// The MXFP8-store prologue. Checked: `DQ` and `DKV` are whole 128-channel heads, `PAGE` a
-    /// multiple of 128, the row offsets multiples of 8, `2 <= W <= 8`.
+    /// multiple of 128, the packed row holds q, k and v of these widths, `2 <= W <= 8`.
     pub fn new() -> Self
     where
         Dim<DQ>: Mxfp8Width,
         Dim<DKV>: Mxfp8Width,
         Dim<PAGE>: Mxfp8PageSize,
-        L: QkvrLayout,
+        L: QkvrLayout<DQ, DKV>,
         C: ConvSpec,
     {
-        const { check_row_fits::<L>(DQ, DKV) };
         Self {
             _types: PhantomData,
         }
@@ -361,17 +300,17 @@ impl<
 > Prologue<V, Bf16Store<PAGE>, HD, DQ, DKV, L, C>
 {
     /// The bf16-store prologue. Checked: `HD` is 64, 128 or 256, `DQ` and `DKV` whole heads,
-    /// `PAGE` a positive multiple of 32, the row offsets multiples of 8, `2 <= W <= 8`.
+    /// `PAGE` a positive multiple of 32, the packed row holds q, k and v of these widths,
+    /// `2 <= W <= 8`.
     pub fn new() -> Self
     where
         Dim<HD>: PrologueHeadDim,
         Dim<DQ>: WholeHeads<HD>,
         Dim<DKV>: WholeHeads<HD>,
         Dim<PAGE>: PageSize,
-        L: QkvrLayout,
+        L: QkvrLayout<DQ, DKV>,
         C: ConvSpec,
     {
-        const { check_row_fits::<L>(DQ, DKV) };
         Self {
             _types: PhantomData,
         }
@@ -387,31 +326,13 @@ impl<V: Variant, const HD: usize, const DQ: usize, const DKV: usize, L: 'static,
         Dim<HD>: PrologueHeadDim,
         Dim<DQ>: WholeHeads<HD>,
         Dim<DKV>: WholeHeads<HD>,
-        L: QkvrLayout,
+        L: QkvrLayout<DQ, DKV>,
         C: ConvSpec,
     {
-        const { check_row_fits::<L>(DQ, DKV) };
         Self {
             _types: PhantomData,
         }
     }
-}
-
-/// q, k and v lie inside the packed row. A post-monomorphization check (the model macro checks
-/// the same at the span of the offending field, where `cargo check` sees it).
-const fn check_row_fits<L: QkvrLayout>(dq: usize, dkv: usize) {
-    assert!(
-        L::Q_OFF + dq <= L::ROW,
-        "q slice runs past the end of the packed qkvr row"
-    );
-    assert!(
-        L::K_OFF + dkv <= L::ROW,
-        "k slice runs past the end of the packed qkvr row"
-    );
-    assert!(
-        L::V_OFF + dkv <= L::ROW,
-        "v slice runs past the end of the packed qkvr row"
-    );
 }
 
 impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
@@ -419,7 +340,7 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
 where
     V: Variant,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
 {
     /// The static facts of this instantiation.
@@ -452,11 +373,11 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> Copy
 {
 }
 
-/// A backend that can run the prologue: it receives the checked call as plain buffers.
-pub trait RunPrologue: Backend + Sized {
-    /// Runs the main prologue kernel (and, for extend, the trailing conv-state update).
-    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<()>;
-}
+/// A backend that can run the prologue: the CPU reference and CUDA. Sealed: its entry takes a
+/// call only the typed `run` methods can assemble.
+pub trait RunPrologue: Backend + Sized + call::PrologueLaunchEntry {}
+impl RunPrologue for crate::backend::Cpu {}
+impl RunPrologue for crate::backend::Cuda {}
 
 /// The log-scaling temperature of a position (spec §1.12):
 /// `tau(pos) = 1 + alpha · ln(max((pos + 1) / n_floor, 1))`.

@@ -4,12 +4,13 @@
 
 use rayon::prelude::*;
 
-use super::{D_V, Options, RunSparseMla, SparseMlaCall};
+use super::launch::{SparseMlaCall, SparseMlaLaunch};
+use super::{D_V, Options};
 use crate::backend::Cpu;
 use crate::dtype::{bf16, e4m3_to_f32};
 use crate::error::Result;
 
-impl RunSparseMla for Cpu {
+impl SparseMlaLaunch for Cpu {
     fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,

@@ -2,9 +2,10 @@
 
 use std::marker::PhantomData;
 
-use super::{Options, RunSparseMla, SparseMlaCall};
+use super::Options;
+use super::launch::{SparseMlaCall, SparseMlaLaunch};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
 use crate::error::Result;
 
 /// Threads per CTA: two consumer warpgroups and a producer warpgroup (`sparse_mla::kThreads`).
@@ -54,7 +55,7 @@ impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaKernel<D_QK, O> {
     }
 }
 
-impl RunSparseMla for Cuda {
+impl SparseMlaLaunch for Cuda {
     fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,
@@ -69,31 +70,49 @@ impl RunSparseMla for Cuda {
             return Ok(());
         }
         let head_tiles = H_Q / 64;
+        let SparseMlaCall {
+            s_q,
+            s_kv,
+            q,
+            q_scale,
+            indices,
+            topk_length,
+            sink,
+            sm_scale,
+            kv,
+            kv_scale,
+            mut out,
+            mut max_logits,
+            mut lse,
+        } = call;
+        let mut args = DeviceArgs::new(self);
         let params = SparseMlaParams {
-            q: self.ptr(call.q),
-            kv: self.ptr(call.kv),
-            indices: self.ptr(call.indices),
-            topk_length: call.topk_length.map_or(0, |t| self.ptr(t)),
-            attn_sink: call.sink.map_or(0, |s| self.ptr(s)),
-            q_scale: self.ptr(call.q_scale),
-            kv_scale: self.ptr(call.kv_scale),
-            out: self.ptr(call.out),
-            max_logits: self.ptr(call.max_logits),
-            lse: self.ptr(call.lse),
-            sm_scale: call.sm_scale,
-            s_q: call.s_q as i32,
-            s_kv: call.s_kv as i32,
+            q: args.read("q", &q)?,
+            kv: args.read("kv", &kv)?,
+            indices: args.read("indices", &indices)?,
+            topk_length: args.read_opt("topk_length", topk_length.as_ref())?,
+            attn_sink: args.read_opt("attn_sink", sink.as_ref())?,
+            q_scale: args.read("q_scale", &q_scale)?,
+            kv_scale: args.read("kv_scale", &kv_scale)?,
+            out: args.write("out", &mut out)?,
+            max_logits: args.write("max_logits", &mut max_logits)?,
+            lse: args.write("lse", &mut lse)?,
+            sm_scale,
+            s_q: s_q as i32,
+            s_kv: s_kv as i32,
             h_q: HEADS as i32,
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
         };
         let shape = LaunchShape {
-            grid: ((head_tiles * call.s_q) as u32, 1, 1),
+            grid: ((head_tiles * s_q) as u32, 1, 1),
             block: (THREADS, 1, 1),
             smem_bytes: sparse_mla_smem_bytes(D_QK),
         };
         // SAFETY: q, indices, outputs were tied to s_q and the kv rows to s_kv at the typed
         // boundary; the kernel never reads an index outside [0, s_kv).
-        unsafe { self.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) }
+        let launched = unsafe { self.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) };
+        drop(args); // records the launch's reads and writes (when the context tracks events)
+        launched
     }
 }

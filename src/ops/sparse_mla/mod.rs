@@ -14,18 +14,20 @@ pub use cuda::SparseMlaKernel;
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
+use crate::backend::sealed::Sealed;
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
 use crate::layout::MlaLatentKv;
 use crate::rules::{HeadTile, MlaHeadDim, PadsTo, TopkWidth};
-use crate::tensor::{Cols, RowShape, Scalar, Tensor};
+use crate::tensor::{Cols, FixedExtent, RowShape, Scalar, Tensor};
 
 /// Width of the value: the first 512 channels of a latent row.
 pub const D_V: usize = 512;
 
-/// Which optional inputs a call has; the type states of [`SparseMlaInputs`].
-pub trait Options: 'static {
+/// Which optional inputs a call has; the type states of [`SparseMlaInputs`]. Sealed: the
+/// kernel's instantiation trusts these flags to match the buffers.
+pub trait Options: Sealed + 'static {
     /// Per-row top-k lengths are given.
     const HAVE_LENGTH: bool;
     /// A per-head attention sink is given.
@@ -34,11 +36,12 @@ pub trait Options: 'static {
     type Length<B: Backend>;
     /// The sink logits, `[HEADS]` f32, or `()`.
     type Sink<B: Backend, const HEADS: usize>;
-    /// The lengths' buffer, if any.
-    fn length<B: Backend>(length: &Self::Length<B>) -> Option<&B::Buffer<i32>>;
-    /// The sink's buffer, if any.
-    fn sink<B: Backend, const HEADS: usize>(sink: &Self::Sink<B, HEADS>)
-    -> Option<&B::Buffer<f32>>;
+    /// The lengths, if any.
+    fn length<B: Backend>(length: &Self::Length<B>) -> Option<&Tensor<B, i32, Scalar>>;
+    /// The sink logits, if any.
+    fn sink<B: Backend, const HEADS: usize>(
+        sink: &Self::Sink<B, HEADS>,
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>>>;
 }
 /// No optional input: every index of the row is considered (invalid ones masked).
 pub struct Plain;
@@ -46,15 +49,18 @@ pub struct Plain;
 pub struct WithLength;
 /// Top-k lengths and a per-head attention sink (denominator only).
 pub struct WithLengthAndSink;
+impl Sealed for Plain {}
+impl Sealed for WithLength {}
+impl Sealed for WithLengthAndSink {}
 impl Options for Plain {
     const HAVE_LENGTH: bool = false;
     const HAVE_SINK: bool = false;
     type Length<B: Backend> = ();
     type Sink<B: Backend, const HEADS: usize> = ();
-    fn length<B: Backend>(_: &()) -> Option<&B::Buffer<i32>> {
+    fn length<B: Backend>(_: &()) -> Option<&Tensor<B, i32, Scalar>> {
         None
     }
-    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&B::Buffer<f32>> {
+    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
         None
     }
 }
@@ -63,10 +69,10 @@ impl Options for WithLength {
     const HAVE_SINK: bool = false;
     type Length<B: Backend> = Tensor<B, i32, Scalar>;
     type Sink<B: Backend, const HEADS: usize> = ();
-    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&B::Buffer<i32>> {
-        Some(length.buffer())
+    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&Tensor<B, i32, Scalar>> {
+        Some(length)
     }
-    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&B::Buffer<f32>> {
+    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
         None
     }
 }
@@ -75,13 +81,13 @@ impl Options for WithLengthAndSink {
     const HAVE_SINK: bool = true;
     type Length<B: Backend> = Tensor<B, i32, Scalar>;
     type Sink<B: Backend, const HEADS: usize> = Tensor<B, f32, Cols<HEADS>>;
-    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&B::Buffer<i32>> {
-        Some(length.buffer())
+    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&Tensor<B, i32, Scalar>> {
+        Some(length)
     }
     fn sink<B: Backend, const HEADS: usize>(
         sink: &Tensor<B, f32, Cols<HEADS>>,
-    ) -> Option<&B::Buffer<f32>> {
-        Some(sink.buffer())
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
+        Some(sink)
     }
 }
 
@@ -91,7 +97,7 @@ impl Options for WithLengthAndSink {
     label = "call `.with_topk_length(..)` before `.with_sink(..)`",
     note = "the sink kernel masks by top-k length (DeepSeek V4 passes both); `{Self}` has no lengths"
 )]
-pub trait AcceptsSink {}
+pub trait AcceptsSink: Sealed {}
 impl AcceptsSink for WithLength {}
 
 /// One query row of q, `[HEADS, D_QK]`.
@@ -159,22 +165,25 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
         backend.sparse_mla::<D_QK, H_Q, TOPK, O, HEADS>(SparseMlaCall {
             s_q,
             s_kv: kv.len(),
-            q: inputs.q.buffer(),
-            q_scale: inputs.q_scale.buffer(),
-            indices: inputs.indices.buffer(),
-            topk_length: O::length(&inputs.topk_length),
-            sink: O::sink::<B, HEADS>(&inputs.sink),
+            q: inputs.q.as_slice(),
+            q_scale: inputs.q_scale.as_slice(),
+            indices: inputs.indices.as_slice(),
+            topk_length: O::length(&inputs.topk_length).map(|t| t.as_slice()),
+            sink: O::sink::<B, HEADS>(&inputs.sink).map(|t| t.as_slice()),
             sm_scale: inputs.sm_scale,
-            kv: kv.rows.buffer(),
-            kv_scale: kv.scale.buffer(),
-            out: out.buffer_mut(),
-            max_logits: max_logits.buffer_mut(),
-            lse: lse.buffer_mut(),
+            kv: kv.data().as_slice(),
+            kv_scale: kv.scale().as_slice(),
+            out: out.as_slice_mut(),
+            max_logits: max_logits.as_slice_mut(),
+            lse: lse.as_slice_mut(),
         })
     }
 }
 
 /// The per-call inputs of the prefill, tied to one query-row count `s_q`.
+///
+/// The fields are private: the tie made by the constructors holds until the inputs are given
+/// back with [`into_parts`](Self::into_parts).
 pub struct SparseMlaInputs<
     B: Backend,
     const D_QK: usize,
@@ -182,19 +191,91 @@ pub struct SparseMlaInputs<
     const TOPK: usize,
     O: Options,
 > {
-    /// Queries, `[s_q, HEADS, D_QK]` e4m3 (real heads only; the kernel pads).
+    q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>>, // [s_q, HEADS, D_QK]
+    q_scale: Tensor<B, f32, Scalar>,         // [1]
+    indices: Tensor<B, i32, Cols<TOPK>>,     // [s_q, TOPK]
+    topk_length: O::Length<B>,               // [s_q] or ()
+    sink: O::Sink<B, HEADS>,                 // [HEADS] or ()
+    sm_scale: f32,
+}
+
+/// The tensors of a [`SparseMlaInputs`], given back by [`SparseMlaInputs::into_parts`].
+pub struct SparseMlaInputParts<
+    B: Backend,
+    const D_QK: usize,
+    const HEADS: usize,
+    const TOPK: usize,
+    O: Options,
+> {
+    /// Queries, `[s_q, HEADS, D_QK]` e4m3.
     pub q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>>,
     /// Dequantization scale of q, `[1]`.
     pub q_scale: Tensor<B, f32, Scalar>,
+    /// Top-k row indices, `[s_q, TOPK]`.
+    pub indices: Tensor<B, i32, Cols<TOPK>>,
+    /// Per-row top-k lengths, `[s_q]`, or `()`.
+    pub topk_length: O::Length<B>,
+    /// Per-head sink logits, `[HEADS]`, or `()`.
+    pub sink: O::Sink<B, HEADS>,
+    /// Softmax scale.
+    pub sm_scale: f32,
+}
+
+impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Options>
+    SparseMlaInputs<B, D_QK, HEADS, TOPK, O>
+{
+    /// Queries, `[s_q, HEADS, D_QK]` e4m3 (real heads only; the kernel pads).
+    pub fn q(&self) -> &Tensor<B, F8E4M3, QRow<HEADS, D_QK>> {
+        &self.q
+    }
+    /// Dequantization scale of q, `[1]`.
+    pub fn q_scale(&self) -> &Tensor<B, f32, Scalar> {
+        &self.q_scale
+    }
     /// Top-k row indices into the latent KV, `[s_q, TOPK]` i32; -1 (or anything outside
     /// `[0, s_kv)`) is invalid and never read.
-    pub indices: Tensor<B, i32, Cols<TOPK>>,
+    pub fn indices(&self) -> &Tensor<B, i32, Cols<TOPK>> {
+        &self.indices
+    }
     /// Per-row valid prefix lengths, `[s_q]` (values clamped to `[0, TOPK]` on the device).
-    pub topk_length: O::Length<B>,
+    pub fn topk_length(&self) -> Option<&Tensor<B, i32, Scalar>> {
+        O::length(&self.topk_length)
+    }
     /// Per-head sink logits, `[HEADS]`.
-    pub sink: O::Sink<B, HEADS>,
+    pub fn sink(&self) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
+        O::sink::<B, HEADS>(&self.sink)
+    }
     /// Softmax scale (natural-log units).
-    pub sm_scale: f32,
+    pub fn sm_scale(&self) -> f32 {
+        self.sm_scale
+    }
+    /// Query rows, `s_q`.
+    pub fn s_q(&self) -> usize {
+        self.q.rows()
+    }
+    /// Queries, writable in place (the next chunk's q written by the caller's own kernel).
+    pub fn q_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, QRow<HEADS, D_QK>> {
+        FixedExtent::new(&mut self.q)
+    }
+    /// Indices, writable in place.
+    pub fn indices_mut(&mut self) -> FixedExtent<'_, B, i32, Cols<TOPK>> {
+        FixedExtent::new(&mut self.indices)
+    }
+    /// Replaces the softmax scale.
+    pub fn set_sm_scale(&mut self, sm_scale: f32) {
+        self.sm_scale = sm_scale;
+    }
+    /// The tensors back.
+    pub fn into_parts(self) -> SparseMlaInputParts<B, D_QK, HEADS, TOPK, O> {
+        SparseMlaInputParts {
+            q: self.q,
+            q_scale: self.q_scale,
+            indices: self.indices,
+            topk_length: self.topk_length,
+            sink: self.sink,
+            sm_scale: self.sm_scale,
+        }
+    }
 }
 
 impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize>
@@ -208,6 +289,7 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize>
         sm_scale: f32,
     ) -> Result<Self> {
         indices.expect_rows("indices", "query rows (as q)", q.rows())?;
+        q_scale.expect_rows("q_scale", "values", 1)?;
         if q.rows() > i32::MAX as usize {
             return Err(Error::Value {
                 param: "s_q",
@@ -265,47 +347,51 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Op
     }
 }
 
-/// One checked call as plain buffers; extents in the comments.
-pub struct SparseMlaCall<'a, B: Backend> {
-    /// Query rows.
-    pub s_q: usize,
-    /// Latent KV rows.
-    pub s_kv: usize,
-    /// `[s_q, HEADS, D_QK]`.
-    pub q: &'a B::Buffer<F8E4M3>,
-    /// `[1]`.
-    pub q_scale: &'a B::Buffer<f32>,
-    /// `[s_q, TOPK]`.
-    pub indices: &'a B::Buffer<i32>,
-    /// `[s_q]` or none.
-    pub topk_length: Option<&'a B::Buffer<i32>>,
-    /// `[HEADS]` or none.
-    pub sink: Option<&'a B::Buffer<f32>>,
-    /// Softmax scale.
-    pub sm_scale: f32,
-    /// `[s_kv, D_QK]`.
-    pub kv: &'a B::Buffer<F8E4M3>,
-    /// `[1]`.
-    pub kv_scale: &'a B::Buffer<f32>,
-    /// `[s_q, HEADS, 512]`.
-    pub out: &'a mut B::Buffer<bf16>,
-    /// `[s_q, HEADS]`.
-    pub max_logits: &'a mut B::Buffer<f32>,
-    /// `[s_q, HEADS]`.
-    pub lse: &'a mut B::Buffer<f32>,
-}
+/// A backend that can run the sparse MLA prefill: the CPU reference and CUDA.
+///
+/// Sealed: its launch entry takes a call that only [`SparseMlaPrefill::run`] can assemble, so
+/// no code outside the crate reaches a kernel past the boundary's checks.
+pub trait RunSparseMla: Backend + Sized + launch::SparseMlaLaunch {}
+impl RunSparseMla for crate::backend::Cpu {}
+impl RunSparseMla for crate::backend::Cuda {}
 
-/// A backend that can run the sparse MLA prefill.
-pub trait RunSparseMla: Backend + Sized {
-    /// Runs one checked call.
-    fn sparse_mla<
-        const D_QK: usize,
-        const H_Q: usize,
-        const TOPK: usize,
-        O: Options,
-        const HEADS: usize,
-    >(
-        &self,
-        call: SparseMlaCall<'_, Self>,
-    ) -> Result<()>;
+/// The launch layer: the checked call as plain slices, and the per-backend entry.
+pub(crate) mod launch {
+    use super::Options;
+    use crate::backend::Backend;
+    use crate::dtype::{F8E4M3, bf16};
+    use crate::error::Result;
+
+    /// One checked call as plain slices; extents in the comments. Made only by `run`.
+    pub struct SparseMlaCall<'a, B: Backend> {
+        pub(crate) s_q: usize,                                 // query rows
+        pub(crate) s_kv: usize,                                // latent KV rows
+        pub(crate) q: B::Slice<'a, F8E4M3>,                    // [s_q, HEADS, D_QK]
+        pub(crate) q_scale: B::Slice<'a, f32>,                 // [1]
+        pub(crate) indices: B::Slice<'a, i32>,                 // [s_q, TOPK]
+        pub(crate) topk_length: Option<B::Slice<'a, i32>>,     // [s_q] or none
+        pub(crate) sink: Option<B::Slice<'a, f32>>,            // [HEADS] or none
+        pub(crate) sm_scale: f32,                              // natural-log units
+        pub(crate) kv: B::Slice<'a, F8E4M3>,                   // [s_kv, D_QK]
+        pub(crate) kv_scale: B::Slice<'a, f32>,                // [1]
+        pub(crate) out: B::SliceMut<'a, bf16>,                 // [s_q, HEADS, 512]
+        pub(crate) max_logits: B::SliceMut<'a, f32>,           // [s_q, HEADS]
+        pub(crate) lse: B::SliceMut<'a, f32>,                  // [s_q, HEADS]
+    }
+
+    /// The per-backend entry of the prefill.
+    pub trait SparseMlaLaunch: Backend + Sized {
+        /// Runs one checked call.
+        fn sparse_mla<
+            const D_QK: usize,
+            const H_Q: usize,
+            const TOPK: usize,
+            O: Options,
+            const HEADS: usize,
+        >(
+            &self,
+            call: SparseMlaCall<'_, Self>,
+        ) -> Result<()>;
+    }
 }
+use launch::SparseMlaCall;
