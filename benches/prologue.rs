@@ -27,7 +27,7 @@ const DKV: usize = 128;
 const Q: usize = 4;
 const W: usize = 4;
 const PAGE: usize = 128;
-type Row = PackedRow<1408, 0, 1024, 1152>;
+type Row = PackedRow<DQ, DKV, 128>;
 type Conv = InklingConv;
 
 /// Unique bytes one verify call moves at this geometry.
@@ -259,40 +259,18 @@ fn main() {
     let mut b = mxfp8_batch(&g, &mut rng, 4);
     run!(mx, &g, &w, b);
     g.synchronize().unwrap();
-    let launch = {
-        let call = PrologueCall {
-            tokens: 4,
-            seqs: 1,
-            qkvr: b.batch.qkvr.buffer(),
-            q_gamma: w.q_gamma.buffer(),
-            k_gamma: w.k_gamma.buffer(),
-            k_weight: w.k_weight.buffer(),
-            v_weight: w.v_weight.buffer(),
-            eps: w.eps,
-            k_cache: b.conv.k.buffer_mut(),
-            v_cache: b.conv.v.buffer_mut(),
-            conv_slots: 1,
-            cache_indices: b.batch.cache_indices.buffer(),
-            cache_mask: b.batch.cache_mask.buffer(),
-            tau: b.batch.tau.as_ref().map(|t| t.buffer()),
-            loc: b.batch.loc.buffer(),
-            q: QTarget::Mxfp8 {
-                data: b.out.q.buffer_mut(),
-                scales: b.out.q_scales.buffer_mut(),
-            },
-            k_out: b.out.k.buffer_mut(),
-            v_out: b.out.v.buffer_mut(),
-            kv: b.kv.target(),
-            variant: VariantArgs::Verify {
-                draft_tokens: Q,
-                k_inter: b.windows.k.buffer_mut(),
-                v_inter: b.windows.v.buffer_mut(),
-                capacity: 1,
-            },
-            bad_index_count: None,
-        };
-        prologue_launch::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>(&g, call)
-    };
+    let launch = mx
+        .launch_plan(
+            &g,
+            &w,
+            &mut b.conv,
+            &b.batch,
+            &mut b.windows,
+            &mut b.out,
+            &mut b.kv,
+            None,
+        )
+        .unwrap();
     let function = g
         .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
         .unwrap();

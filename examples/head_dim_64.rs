@@ -115,11 +115,11 @@ impl<B: RunPrologue> Step<B> {
 
     fn bytes(&self, b: &B) -> Vec<u16> {
         let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
-        let mut all = bits(self.out.q.to_host(b).unwrap());
-        for t in [&self.out.k, &self.out.v, &self.kv.k, &self.kv.v] {
+        let mut all = bits(self.out.q().to_host(b).unwrap());
+        for t in [&self.out.k(), &self.out.v(), &self.kv.k(), &self.kv.v()] {
             all.extend(bits(t.to_host(b).unwrap()));
         }
-        for t in [&self.conv.k, &self.conv.v] {
+        for t in [&self.conv.k(), &self.conv.v()] {
             all.extend(bits(t.to_host(b).unwrap()));
         }
         all
@@ -171,7 +171,7 @@ fn main() {
             println!("no GPU ({e}); running the CPU reference");
             let mut s = step(&Cpu, 64);
             s.run(&Cpu);
-            let k = s.out.k.to_host(&Cpu).unwrap();
+            let k = s.out.k().to_host(&Cpu).unwrap();
             // k is RMS-normalized per head: its mean square over a head is about gamma², ~1.
             let ms: f32 = k[..m::HEAD_DIM]
                 .iter()

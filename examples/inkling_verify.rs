@@ -46,7 +46,7 @@ struct Layer<B: Backend, const DKV: usize, L> {
     kv: Mxfp8KvCache<B, PAGE, DKV>,
 }
 
-fn layer<B: Backend, const DKV: usize, L: QkvrLayout>(
+fn layer<B: Backend, const DKV: usize, L: QkvrLayout<1024, DKV>>(
     b: &B,
     seed: u64,
     seqs: usize,
@@ -112,7 +112,7 @@ where
     }
 }
 
-impl<B: RunPrologue, const DKV: usize, L: QkvrLayout> Layer<B, DKV, L>
+impl<B: RunPrologue, const DKV: usize, L: QkvrLayout<1024, DKV>> Layer<B, DKV, L>
 where
     Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
 {
@@ -135,14 +135,14 @@ where
     fn bytes(&self, b: &B) -> Vec<u8> {
         let mut all: Vec<u8> = self
             .out
-            .q
+            .q()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|v| v.to_bits())
             .collect();
-        all.extend(self.out.q_scales.to_host(b).unwrap().iter().map(|v| v.0));
-        for t in [&self.out.k, &self.out.v] {
+        all.extend(self.out.q_scales().to_host(b).unwrap().iter().map(|v| v.0));
+        for t in [&self.out.k(), &self.out.v()] {
             all.extend(
                 t.to_host(b)
                     .unwrap()
@@ -150,13 +150,13 @@ where
                     .flat_map(|v| v.to_bits().to_le_bytes()),
             );
         }
-        for t in [&self.kv.k, &self.kv.v] {
+        for t in [&self.kv.k(), &self.kv.v()] {
             all.extend(t.to_host(b).unwrap().iter().map(|v| v.to_bits()));
         }
-        for t in [&self.kv.k_scales, &self.kv.v_scales] {
+        for t in [&self.kv.k_scales(), &self.kv.v_scales()] {
             all.extend(t.to_host(b).unwrap().iter().map(|v| v.0));
         }
-        for t in [&self.windows.k, &self.windows.v] {
+        for t in [&self.windows.k(), &self.windows.v()] {
             all.extend(
                 t.to_host(b)
                     .unwrap()
@@ -170,7 +170,7 @@ where
 
 /// Runs one layer kind on the GPU: a byte-for-byte check against the CPU reference on a sample
 /// batch, then the GPU time per call at the realistic batch.
-fn gpu_layer<const DKV: usize, L: QkvrLayout>(
+fn gpu_layer<const DKV: usize, L: QkvrLayout<1024, DKV>>(
     g: &Cuda,
     name: &str,
     kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>,
@@ -221,7 +221,7 @@ fn gpu_layer<const DKV: usize, L: QkvrLayout>(
 
 /// Runs one layer kind on the CPU reference: the MXFP8 store decoded agrees with the bf16
 /// values it encodes within the spec's MXFP8 tolerance.
-fn cpu_layer<const DKV: usize, L: QkvrLayout>(
+fn cpu_layer<const DKV: usize, L: QkvrLayout<1024, DKV>>(
     name: &str,
     kernel: Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>,
     tau: bool,
@@ -235,10 +235,10 @@ fn cpu_layer<const DKV: usize, L: QkvrLayout>(
     l.run(&Cpu, &kernel);
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     // K stored at loc[t] = 3t + 1 decodes to k_out[t] within MXFP8 rounding.
-    let k_out = l.out.k.to_host(&Cpu).unwrap();
+    let k_out = l.out.k().to_host(&Cpu).unwrap();
     let (data, scales) = (
-        l.kv.k.to_host(&Cpu).unwrap(),
-        l.kv.k_scales.to_host(&Cpu).unwrap(),
+        l.kv.k().to_host(&Cpu).unwrap(),
+        l.kv.k_scales().to_host(&Cpu).unwrap(),
     );
     let mut worst = 0.0f32;
     for t in 0..seqs * DRAFT_TOKENS {

@@ -88,7 +88,10 @@ impl Error {
         rows.checked_mul(cols).ok_or_else(|| Error::Value {
             param,
             value: i64::try_from(rows).unwrap_or(i64::MAX),
-            range: format!("rows with rows × {cols} elements addressable (0 ..= {})", usize::MAX / cols.max(1)),
+            range: format!(
+                "rows with rows × {cols} elements addressable (0 ..= {})",
+                usize::MAX / cols.max(1)
+            ),
         })
     }
 

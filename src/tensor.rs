@@ -50,7 +50,12 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
     /// Wraps the caller's buffer as `rows` rows; `param` names it in the error when the buffer
     /// does not hold exactly `rows × R::COLS` elements.
     pub fn from_buffer(param: &'static str, buf: B::Buffer<T>, rows: usize) -> Result<Self> {
-        Error::check_extent(param, "elements", Error::elements(param, rows, R::COLS)?, buf.len())?;
+        Error::check_extent(
+            param,
+            "elements",
+            Error::elements(param, rows, R::COLS)?,
+            buf.len(),
+        )?;
         Ok(Self {
             buf,
             rows,
@@ -60,7 +65,12 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R> {
 
     /// Uploads `host` as `rows` rows.
     pub fn from_host(backend: &B, param: &'static str, host: &[T], rows: usize) -> Result<Self> {
-        Error::check_extent(param, "elements", Error::elements(param, rows, R::COLS)?, host.len())?;
+        Error::check_extent(
+            param,
+            "elements",
+            Error::elements(param, rows, R::COLS)?,
+            host.len(),
+        )?;
         Self::from_buffer(param, backend.upload(host)?, rows)
     }
 

@@ -138,7 +138,7 @@ fn check<S, const HD: usize, const DQ: usize, const DKV: usize, L>(
     decode: Prologue<Decode, S, HD, DQ, DKV, L, InklingConv>,
 ) where
     S: TestStore,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     S::Cache<Cuda, DKV>: KvCacheTarget<Cuda> + TestCache<Cuda>,
     S::Cache<Cpu, DKV>: KvCacheTarget<Cpu> + TestCache<Cpu>,
     Prologue<Verify, S, HD, DQ, DKV, L, InklingConv>:
@@ -194,14 +194,14 @@ macro_rules! geometry {
 }
 
 // Inkling (spec §4.1): TP8 global / SWA, TP4 global, TP2 global, TP1 global (beyond sglang's limit).
-geometry!(tp8_global_mxfp8, Mxfp8Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>);
-geometry!(tp8_swa_mxfp8, Mxfp8Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>);
-geometry!(tp4_global_mxfp8, Mxfp8Store<128>, 128, 2048, 256, PackedRow<2816, 0, 2048, 2304>);
-geometry!(tp2_global_mxfp8, Mxfp8Store<128>, 128, 4096, 512, PackedRow<5632, 0, 4096, 4608>);
-geometry!(tp1_global_mxfp8, Mxfp8Store<128>, 128, 8192, 1024, PackedRow<11264, 0, 8192, 9216>);
-geometry!(tp8_global_bf16, Bf16Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>);
-geometry!(tp8_swa_bf16, Bf16Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>);
-geometry!(tp8_global_unstored, NoStore, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>);
+geometry!(tp8_global_mxfp8, Mxfp8Store<128>, 128, 1024, 128, PackedRow<1024, 128, 128>);
+geometry!(tp8_swa_mxfp8, Mxfp8Store<128>, 128, 1024, 256, PackedRow<1024, 256, 128>);
+geometry!(tp4_global_mxfp8, Mxfp8Store<128>, 128, 2048, 256, PackedRow<2048, 256, 256>);
+geometry!(tp2_global_mxfp8, Mxfp8Store<128>, 128, 4096, 512, PackedRow<4096, 512, 512>);
+geometry!(tp1_global_mxfp8, Mxfp8Store<128>, 128, 8192, 1024, PackedRow<8192, 1024, 1024>);
+geometry!(tp8_global_bf16, Bf16Store<128>, 128, 1024, 128, PackedRow<1024, 128, 128>);
+geometry!(tp8_swa_bf16, Bf16Store<128>, 128, 1024, 256, PackedRow<1024, 256, 128>);
+geometry!(tp8_global_unstored, NoStore, 128, 1024, 128, PackedRow<1024, 128, 128>);
 // Head dims beyond the spec (bf16 store): a GPT-OSS-like head dim 64, and 256.
-geometry!(head_dim_64_bf16, Bf16Store<128>, 64, 512, 64, PackedRow<768, 0, 512, 576>);
-geometry!(head_dim_256_bf16, Bf16Store<128>, 256, 2048, 256, PackedRow<2688, 0, 2048, 2304>);
+geometry!(head_dim_64_bf16, Bf16Store<128>, 64, 512, 64, PackedRow<512, 64, 128>);
+geometry!(head_dim_256_bf16, Bf16Store<128>, 256, 2048, 256, PackedRow<2048, 256, 128>);

@@ -25,12 +25,12 @@ fn prologue_variants<
     const HD: usize,
     const DQ: usize,
     const DKV: usize,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
 >() {
     compiles::<Prologue<Verify, S, HD, DQ, DKV, L, InklingConv>>();
     compiles::<Prologue<Extend, S, HD, DQ, DKV, L, InklingConv>>();
     compiles::<Prologue<Decode, S, HD, DQ, DKV, L, InklingConv>>();
-    compiles::<ConvStateUpdateKernel<HD, DKV, L, InklingConv>>();
+    compiles::<ConvStateUpdateKernel<HD, DQ, DKV, L, InklingConv>>();
 }
 
 #[test]
@@ -43,17 +43,17 @@ fn mxfp8_quantize() {
 #[test]
 fn prologue() {
     // Inkling TP8 global and SWA, TP4, TP2, TP1 (beyond sglang's per-block limit).
-    prologue_variants::<Mxfp8Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
-    prologue_variants::<Mxfp8Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>>();
-    prologue_variants::<Mxfp8Store<128>, 128, 2048, 256, PackedRow<2816, 0, 2048, 2304>>();
-    prologue_variants::<Mxfp8Store<128>, 128, 4096, 512, PackedRow<5632, 0, 4096, 4608>>();
-    prologue_variants::<Mxfp8Store<128>, 128, 8192, 1024, PackedRow<11264, 0, 8192, 9216>>();
-    prologue_variants::<Bf16Store<128>, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
-    prologue_variants::<Bf16Store<128>, 128, 1024, 256, PackedRow<1664, 0, 1024, 1280>>();
-    prologue_variants::<NoStore, 128, 1024, 128, PackedRow<1408, 0, 1024, 1152>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 1024, 128, PackedRow<1024, 128, 128>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 1024, 256, PackedRow<1024, 256, 128>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 2048, 256, PackedRow<2048, 256, 256>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 4096, 512, PackedRow<4096, 512, 512>>();
+    prologue_variants::<Mxfp8Store<128>, 128, 8192, 1024, PackedRow<8192, 1024, 1024>>();
+    prologue_variants::<Bf16Store<128>, 128, 1024, 128, PackedRow<1024, 128, 128>>();
+    prologue_variants::<Bf16Store<128>, 128, 1024, 256, PackedRow<1024, 256, 128>>();
+    prologue_variants::<NoStore, 128, 1024, 128, PackedRow<1024, 128, 128>>();
     // Head dims 64 and 256 (bf16 store).
-    prologue_variants::<Bf16Store<32>, 64, 512, 64, PackedRow<640, 0, 512, 576>>();
-    prologue_variants::<Bf16Store<128>, 256, 2048, 256, PackedRow<2560, 0, 2048, 2304>>();
+    prologue_variants::<Bf16Store<32>, 64, 512, 64, PackedRow<512, 64, 0>>();
+    prologue_variants::<Bf16Store<128>, 256, 2048, 256, PackedRow<2048, 256, 0>>();
     // SiLU conv.
     compiles::<
         Prologue<
@@ -62,7 +62,7 @@ fn prologue() {
             128,
             1024,
             128,
-            PackedRow<1408, 0, 1024, 1152>,
+            PackedRow<1024, 128, 128>,
             Conv<4, true, true>,
         >,
     >();

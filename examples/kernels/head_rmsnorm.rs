@@ -55,7 +55,9 @@ impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
         Self { eps }
     }
 
-    /// Normalizes every row of `x` into `out` (their row counts must agree).
+    /// Normalizes every row of `x` into `out`: the safe door. It checks what the kernel
+    /// relies on (the row counts agree, one gamma row) and returns an error naming the argument
+    /// otherwise.
     pub fn run<B: RunHeadRmsNorm>(
         &self,
         backend: &B,
@@ -65,14 +67,20 @@ impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
     ) -> Result<()> {
         out.expect_rows("out", "rows", x.rows())?;
         gamma.expect_rows("gamma", "rows", 1)?;
-        backend.head_rmsnorm(self, x, gamma, out)
+        // SAFETY: the two checks above are the whole contract of `head_rmsnorm`.
+        unsafe { backend.head_rmsnorm(self, x, gamma, out) }
     }
 }
 
-/// A backend that runs [`HeadRmsNorm`]; the row counts are already checked.
+/// A backend that runs [`HeadRmsNorm`]: the raw door, with no checks.
 pub trait RunHeadRmsNorm: Backend + Sized {
-    /// Runs the kernel.
-    fn head_rmsnorm<const HEADS: usize, const HD: usize>(
+    /// Runs the kernel on tensors whose extents the caller vouches for.
+    ///
+    /// # Safety
+    /// `out` has exactly as many rows as `x`, and `gamma` exactly one row: the CUDA kernel
+    /// reads `x.rows() × HEADS × HD` elements of `x` and `HD` of `gamma`, and writes
+    /// `x.rows() × HEADS × HD` elements of `out`, with no bounds checks.
+    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
         &self,
         kernel: &HeadRmsNorm<HEADS, HD>,
         x: &Tensor<Self, bf16, HeadRow<HEADS, HD>>,
@@ -83,7 +91,7 @@ pub trait RunHeadRmsNorm: Backend + Sized {
 
 /// The CPU path: the CUDA kernel's arithmetic, in its order, so the results agree bit for bit.
 impl RunHeadRmsNorm for Cpu {
-    fn head_rmsnorm<const HEADS: usize, const HD: usize>(
+    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
         &self,
         kernel: &HeadRmsNorm<HEADS, HD>,
         x: &Tensor<Cpu, bf16, HeadRow<HEADS, HD>>,
@@ -94,7 +102,7 @@ impl RunHeadRmsNorm for Cpu {
         let x = x.buffer();
         for (head_in, head_out) in x
             .chunks_exact(HD)
-            .zip(out.buffer_mut().chunks_exact_mut(HD))
+            .zip(out.as_slice_mut().chunks_exact_mut(HD))
         {
             // Lane l sums the squares of channels l, l + 32, … with fused multiply-adds.
             let mut lanes = [0.0f32; 32];
@@ -147,7 +155,7 @@ const THREADS: u32 = 128;
 
 /// The CUDA path: one launch, no checks beyond the row counts `run` has tied.
 impl RunHeadRmsNorm for Cuda {
-    fn head_rmsnorm<const HEADS: usize, const HD: usize>(
+    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
         &self,
         kernel: &HeadRmsNorm<HEADS, HD>,
         x: &Tensor<Cuda, bf16, HeadRow<HEADS, HD>>,
@@ -174,8 +182,8 @@ impl RunHeadRmsNorm for Cuda {
             block: (THREADS, 1, 1),
             smem_bytes: 0,
         };
-        // SAFETY: x and out hold rows × HEADS × HD elements (their types and `run`'s row check),
-        // gamma holds HD: exactly what the kernel reads and writes under this shape.
+        // SAFETY: x and out hold rows × HEADS × HD elements (their types and the caller's
+        // contract), gamma holds HD: exactly what the kernel reads and writes under this shape.
         unsafe { self.launch::<HeadRmsNormKernel<HEADS, HD>>(shape, &params) }
     }
 }

@@ -137,7 +137,7 @@ fn prologue_kind(k: &PrologueKind, tp: u64) -> TokenStream {
         pub const CONV_WIDTH: usize = #w;
 
         /// The packed projection row `[q | k | v | rel]` of this layer kind.
-        pub type Row = #pro::PackedRow<#row, 0, #k_off, #v_off>;
+        pub type Row = #pro::PackedRow<#dq, #dkv, #rel>;
         /// The k/v short convolution.
         pub type Conv = #pro::Conv<#w, #silu, #residual>;
         #[doc = concat!(" Where the prologue puts K and V: ", #store_doc, ".")]

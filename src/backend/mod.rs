@@ -77,8 +77,7 @@ pub trait Backend {
     /// A shorter-lived shared borrow of a slice.
     fn reborrow<'b, T: Element>(slice: &'b Self::Slice<'_, T>) -> Self::Slice<'b, T>;
     /// A shorter-lived mutable borrow of a mutable slice.
-    fn reborrow_mut<'b, T: Element>(slice: &'b mut Self::SliceMut<'_, T>)
-    -> Self::SliceMut<'b, T>;
+    fn reborrow_mut<'b, T: Element>(slice: &'b mut Self::SliceMut<'_, T>) -> Self::SliceMut<'b, T>;
     /// A shared borrow of a mutable slice.
     fn downgrade<'b, T: Element>(slice: &'b Self::SliceMut<'_, T>) -> Self::Slice<'b, T>;
 }
@@ -87,5 +86,10 @@ pub trait Backend {
 /// and used as bounds, but not implemented (the trait is public, the module is not).
 pub(crate) mod sealed {
     /// The seal.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot implement this trait of shapeproof: it is sealed",
+        label = "only the library's own types implement it",
+        note = "the kernels trust what its implementations report (offsets, widths, row counts), so only the types the library checks implement it"
+    )]
     pub trait Sealed {}
 }

@@ -18,8 +18,8 @@ impl<const PAGE: usize, const WIDTH: usize> RowShape for ScalePlanePage<PAGE, WI
 /// cache without planes, or with planes of another page size or head count, cannot exist.
 /// The fields are private: the four extents agree from construction to drop.
 pub struct Mxfp8KvCache<B: Backend, const PAGE: usize, const WIDTH: usize> {
-    k: Tensor<B, F8E4M3, Cols<WIDTH>>,                   // [pages × PAGE, WIDTH]
-    v: Tensor<B, F8E4M3, Cols<WIDTH>>,                   // [pages × PAGE, WIDTH]
+    k: Tensor<B, F8E4M3, Cols<WIDTH>>, // [pages × PAGE, WIDTH]
+    v: Tensor<B, F8E4M3, Cols<WIDTH>>, // [pages × PAGE, WIDTH]
     k_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>, // [pages, HKV, 32, PAGE/32, 4]
     v_scales: Tensor<B, E8M0, ScalePlanePage<PAGE, WIDTH>>, // [pages, HKV, 32, PAGE/32, 4]
     slots: PagedSlots<PAGE>,

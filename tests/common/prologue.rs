@@ -229,8 +229,8 @@ where
         PagedBf16Kv::from_buffers(b.upload(&k).unwrap(), b.upload(&v).unwrap(), sc.pages).unwrap()
     }
     fn observe(&self, b: &B, seen: &mut Observed) {
-        seen.kv_k = bits(&self.k.to_host(b).unwrap());
-        seen.kv_v = bits(&self.v.to_host(b).unwrap());
+        seen.kv_k = bits(&self.k().to_host(b).unwrap());
+        seen.kv_v = bits(&self.v().to_host(b).unwrap());
     }
 }
 
@@ -258,28 +258,28 @@ where
     }
     fn observe(&self, b: &B, seen: &mut Observed) {
         seen.kv_k = self
-            .k
+            .k()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|x| x.to_bits())
             .collect();
         seen.kv_v = self
-            .v
+            .v()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|x| x.to_bits())
             .collect();
         seen.sfk = self
-            .k_scales
+            .k_scales()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|x| x.0)
             .collect();
         seen.sfv = self
-            .v_scales
+            .v_scales()
             .to_host(b)
             .unwrap()
             .iter()
@@ -304,25 +304,26 @@ fn read_bf16_outputs<B: Backend, const DQ: usize, const DKV: usize>(
     seen: &mut Observed,
 ) {
     seen.q = out
-        .q
+        .q()
         .to_host(b)
         .unwrap()
         .iter()
         .map(|x| x.to_bits())
         .collect();
-    seen.k_out = out.k.to_host(b).unwrap();
-    seen.v_out = out.v.to_host(b).unwrap();
+    seen.k_out = out.k().to_host(b).unwrap();
+    seen.v_out = out.v().to_host(b).unwrap();
 }
 
 fn bf16_outputs<B: Backend, const DQ: usize, const DKV: usize>(
     b: &B,
     tokens: usize,
 ) -> Bf16Outputs<B, DQ, DKV> {
-    Bf16Outputs {
-        q: Tensor::filled(b, tokens, BF16_NAN).unwrap(),
-        k: Tensor::filled(b, tokens, BF16_NAN).unwrap(),
-        v: Tensor::filled(b, tokens, BF16_NAN).unwrap(),
-    }
+    Bf16Outputs::new(
+        Tensor::filled(b, tokens, BF16_NAN).unwrap(),
+        Tensor::filled(b, tokens, BF16_NAN).unwrap(),
+        Tensor::filled(b, tokens, BF16_NAN).unwrap(),
+    )
+    .unwrap()
 }
 
 impl TestStore for NoStore {
@@ -362,12 +363,13 @@ impl<const P: usize> TestStore for Mxfp8Store<P> {
         b: &B,
         tokens: usize,
     ) -> Mxfp8Outputs<B, DQ, DKV> {
-        Mxfp8Outputs {
-            q: Tensor::filled(b, tokens, F8E4M3::from_bits(0x7F)).unwrap(),
-            q_scales: Tensor::filled(b, tokens, E8M0(0xFF)).unwrap(),
-            k: Tensor::filled(b, tokens, BF16_NAN).unwrap(),
-            v: Tensor::filled(b, tokens, BF16_NAN).unwrap(),
-        }
+        Mxfp8Outputs::new(
+            Tensor::filled(b, tokens, F8E4M3::from_bits(0x7F)).unwrap(),
+            Tensor::filled(b, tokens, E8M0(0xFF)).unwrap(),
+            Tensor::filled(b, tokens, BF16_NAN).unwrap(),
+            Tensor::filled(b, tokens, BF16_NAN).unwrap(),
+        )
+        .unwrap()
     }
     fn observe<B: Backend, const DQ: usize, const DKV: usize>(
         b: &B,
@@ -375,21 +377,21 @@ impl<const P: usize> TestStore for Mxfp8Store<P> {
         seen: &mut Observed,
     ) {
         seen.q = out
-            .q
+            .q()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|x| x.to_bits() as u16)
             .collect();
         seen.q_scales = out
-            .q_scales
+            .q_scales()
             .to_host(b)
             .unwrap()
             .iter()
             .map(|x| x.0)
             .collect();
-        seen.k_out = out.k.to_host(b).unwrap();
-        seen.v_out = out.v.to_host(b).unwrap();
+        seen.k_out = out.k().to_host(b).unwrap();
+        seen.v_out = out.v().to_host(b).unwrap();
     }
 }
 
@@ -434,7 +436,7 @@ where
     B: RunPrologue,
     V: Variant,
     S: TestStore,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV>: KvCacheTarget<B> + TestCache<B>,
     Prologue<V, S, HD, DQ, DKV, L, InklingConv>: PrologueKernel + Dispatch<B, S, HD, DQ, DKV, L>,
 {
@@ -457,8 +459,8 @@ where
     );
     S::observe(b, &out, &mut seen);
     cache.observe(b, &mut seen);
-    seen.k_cache = conv.k.to_host(b).unwrap();
-    seen.v_cache = conv.v.to_host(b).unwrap();
+    seen.k_cache = conv.k().to_host(b).unwrap();
+    seen.v_cache = conv.v().to_host(b).unwrap();
     seen.bad_indices = errors.read(b).unwrap();
     seen
 }
@@ -479,7 +481,7 @@ pub trait Dispatch<B: Backend, S: Store, const HD: usize, const DQ: usize, const
     );
 }
 
-fn qkvr<B: Backend, L: QkvrLayout>(b: &B, sc: &Scenario) -> Tensor<B, bf16, QkvrRow<L>> {
+fn qkvr<B: Backend, L: RowLayout>(b: &B, sc: &Scenario) -> Tensor<B, bf16, QkvrRow<L>> {
     Tensor::from_host(b, "qkvr", &sc.qkvr, sc.tokens).unwrap()
 }
 
@@ -492,7 +494,7 @@ impl<B, S, const HD: usize, const DQ: usize, const DKV: usize, L> Dispatch<B, S,
 where
     B: RunPrologue,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
@@ -538,8 +540,8 @@ where
             Some(errors),
         )
         .unwrap();
-        seen.k_inter = windows.k.to_host(b).unwrap();
-        seen.v_inter = windows.v.to_host(b).unwrap();
+        seen.k_inter = windows.k().to_host(b).unwrap();
+        seen.v_inter = windows.v().to_host(b).unwrap();
     }
 }
 
@@ -548,7 +550,7 @@ impl<B, S, const HD: usize, const DQ: usize, const DKV: usize, L> Dispatch<B, S,
 where
     B: RunPrologue,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
@@ -566,10 +568,13 @@ where
         let Shape::Extend { track, update, .. } = sc.shape else {
             panic!("not an extend scenario")
         };
-        let track = track.then(|| ExtendTrack {
-            rows: Tensor::from_host(b, "track_rows", &sc.track_rows, sc.seqs).unwrap(),
-            mask: vec_tensor(b, "track_mask", &sc.track_mask),
-            dst: vec_tensor(b, "track_dst", &sc.track_dst),
+        let track = track.then(|| {
+            ExtendTrack::new(
+                Tensor::from_host(b, "track_rows", &sc.track_rows, sc.seqs).unwrap(),
+                vec_tensor(b, "track_mask", &sc.track_mask),
+                vec_tensor(b, "track_dst", &sc.track_dst),
+            )
+            .unwrap()
         });
         let batch = ExtendBatch::<B, L, InklingConv>::new(
             qkvr(b, sc),
@@ -594,7 +599,7 @@ impl<B, S, const HD: usize, const DQ: usize, const DKV: usize, L> Dispatch<B, S,
 where
     B: RunPrologue,
     S: Store,
-    L: QkvrLayout,
+    L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
@@ -612,9 +617,12 @@ where
         let Shape::Decode { track, .. } = sc.shape else {
             panic!("not a decode scenario")
         };
-        let track = track.then(|| DecodeTrack {
-            mask: vec_tensor(b, "track_mask", &sc.track_mask),
-            indices: vec_tensor(b, "track_indices", &sc.track_dst),
+        let track = track.then(|| {
+            DecodeTrack::new(
+                vec_tensor(b, "track_mask", &sc.track_mask),
+                vec_tensor(b, "track_indices", &sc.track_dst),
+            )
+            .unwrap()
         });
         let batch = DecodeBatch::<B, L>::new(
             qkvr(b, sc),

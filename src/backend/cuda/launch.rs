@@ -157,13 +157,20 @@ impl<'a> DeviceArgs<'a> {
 
     fn hold(&mut self, guard: SyncOnDrop<'a>) {
         // The bound is a property of the kernels' parameter blocks, not of the caller's input.
-        assert!(self.held < MAX_DEVICE_ARGS, "more device arguments than any kernel has");
+        assert!(
+            self.held < MAX_DEVICE_ARGS,
+            "more device arguments than any kernel has"
+        );
         self.guards[self.held] = Some(guard);
         self.held += 1;
     }
 
     /// The address of a buffer the kernel reads.
-    pub(crate) fn read<T>(&mut self, param: &'static str, view: &'a CudaView<'_, T>) -> Result<u64> {
+    pub(crate) fn read<T>(
+        &mut self,
+        param: &'static str,
+        view: &'a CudaView<'_, T>,
+    ) -> Result<u64> {
         self.admit(param, view.stream())?;
         let (ptr, guard) = view.device_ptr(self.stream);
         self.hold(guard);

@@ -8,8 +8,8 @@ mod jit;
 mod launch;
 
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
-pub use launch::{CudaKernel, LaunchShape};
 pub(crate) use launch::DeviceArgs;
+pub use launch::{CudaKernel, LaunchShape};
 
 use std::any::TypeId;
 use std::collections::HashMap;

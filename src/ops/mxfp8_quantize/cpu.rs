@@ -6,7 +6,10 @@ use crate::dtype::{MXFP8_BLOCK, mxfp8_encode_block};
 use crate::error::Result;
 
 impl Mxfp8QuantizeLaunch for Cpu {
-    fn mxfp8_quantize<const WIDTH: usize>(&self, call: Mxfp8QuantizeCall<'_, Cpu>) -> Result<()> {
+    unsafe fn mxfp8_quantize<const WIDTH: usize>(
+        &self,
+        call: Mxfp8QuantizeCall<'_, Cpu>,
+    ) -> Result<()> {
         let src = call.input.chunks_exact(MXFP8_BLOCK); // [rows · WIDTH/32, 32]
         let dst = call.data.chunks_exact_mut(MXFP8_BLOCK);
         for ((block, out), scale) in src.zip(dst).zip(call.scales.iter_mut()) {

@@ -34,7 +34,10 @@ impl<const WIDTH: usize> CudaKernel for Mxfp8QuantizeKernel<WIDTH> {
 }
 
 impl Mxfp8QuantizeLaunch for Cuda {
-    fn mxfp8_quantize<const WIDTH: usize>(&self, call: Mxfp8QuantizeCall<'_, Cuda>) -> Result<()> {
+    unsafe fn mxfp8_quantize<const WIDTH: usize>(
+        &self,
+        call: Mxfp8QuantizeCall<'_, Cuda>,
+    ) -> Result<()> {
         let Mxfp8QuantizeCall {
             rows,
             input,

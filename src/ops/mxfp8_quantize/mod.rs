@@ -36,17 +36,23 @@ pub(crate) mod launch {
 
     /// One checked call; made only by `Mxfp8Quantize::run`.
     pub struct Mxfp8QuantizeCall<'a, B: Backend> {
-        pub(crate) rows: usize,                     // rows of WIDTH values
-        pub(crate) input: B::Slice<'a, bf16>,       // [rows, WIDTH]
-        pub(crate) data: B::SliceMut<'a, F8E4M3>,   // [rows, WIDTH]
-        pub(crate) scales: B::SliceMut<'a, E8M0>,   // [rows, WIDTH / 32]
+        pub(crate) rows: usize,                   // rows of WIDTH values
+        pub(crate) input: B::Slice<'a, bf16>,     // [rows, WIDTH]
+        pub(crate) data: B::SliceMut<'a, F8E4M3>, // [rows, WIDTH]
+        pub(crate) scales: B::SliceMut<'a, E8M0>, // [rows, WIDTH / 32]
     }
 
     /// The per-backend entry.
     pub trait Mxfp8QuantizeLaunch: Backend + Sized {
         /// Quantizes one checked call.
-        fn mxfp8_quantize<const WIDTH: usize>(&self, call: Mxfp8QuantizeCall<'_, Self>)
-        -> Result<()>;
+        ///
+        /// # Safety
+        /// `call` was assembled by `Mxfp8Quantize::run`: `WIDTH` a multiple of 128, `input`
+        /// and `data` of `rows × WIDTH` elements, `scales` of `rows × WIDTH / 32`.
+        unsafe fn mxfp8_quantize<const WIDTH: usize>(
+            &self,
+            call: Mxfp8QuantizeCall<'_, Self>,
+        ) -> Result<()>;
     }
 }
 
@@ -71,11 +77,14 @@ impl<const WIDTH: usize> Mxfp8Quantize<WIDTH> {
     ) -> Result<()> {
         Error::check_extent("data", "rows", input.rows(), data.rows())?;
         Error::check_extent("scales", "rows", input.rows(), scales.rows())?;
-        backend.mxfp8_quantize::<WIDTH>(launch::Mxfp8QuantizeCall {
-            rows: input.rows(),
-            input: input.as_slice(),
-            data: data.as_slice_mut(),
-            scales: scales.as_slice_mut(),
-        })
+        // SAFETY: the width rule holds (`new`'s bound) and the row counts are tied above.
+        unsafe {
+            backend.mxfp8_quantize::<WIDTH>(launch::Mxfp8QuantizeCall {
+                rows: input.rows(),
+                input: input.as_slice(),
+                data: data.as_slice_mut(),
+                scales: scales.as_slice_mut(),
+            })
+        }
     }
 }

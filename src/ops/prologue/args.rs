@@ -36,6 +36,9 @@ impl<const DKV: usize, C: ConvSpec> RowShape for ConvHistory<DKV, C> {
     const COLS: usize = C::HISTORY * DKV;
 }
 
+/// A conv-state (or conv-window) tensor, `[rows, W-1, DKV]` bf16.
+pub type ConvHistoryTensor<B, const DKV: usize, C> = Tensor<B, bf16, ConvHistory<DKV, C>>;
+
 /// The depthwise conv taps of one channel, `[W]` (column `W-1` multiplies the current token).
 pub struct ConvTaps<C>(PhantomData<C>);
 impl<C: ConvSpec> RowShape for ConvTaps<C> {
@@ -50,10 +53,10 @@ impl<C: ConvSpec> RowShape for TrackRows<C> {
 
 /// A layer's static parameters: the RMSNorm weights, the conv taps and epsilon.
 pub struct PrologueWeights<B: Backend, const HD: usize, const DKV: usize, C> {
-    q_gamma: Tensor<B, bf16, Cols<HD>>,       // [1, HD]
-    k_gamma: Tensor<B, bf16, Cols<HD>>,       // [1, HD]
-    k_weight: Tensor<B, bf16, ConvTaps<C>>,   // [DKV, W]
-    v_weight: Tensor<B, bf16, ConvTaps<C>>,   // [DKV, W]
+    q_gamma: Tensor<B, bf16, Cols<HD>>,     // [1, HD]
+    k_gamma: Tensor<B, bf16, Cols<HD>>,     // [1, HD]
+    k_weight: Tensor<B, bf16, ConvTaps<C>>, // [DKV, W]
+    v_weight: Tensor<B, bf16, ConvTaps<C>>, // [DKV, W]
     eps: f32,
 }
 
@@ -155,12 +158,7 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> ConvState<B, DKV, C> {
     }
 
     /// The two caches back, `(k, v)`.
-    pub fn into_parts(
-        self,
-    ) -> (
-        Tensor<B, bf16, ConvHistory<DKV, C>>,
-        Tensor<B, bf16, ConvHistory<DKV, C>>,
-    ) {
+    pub fn into_parts(self) -> (ConvHistoryTensor<B, DKV, C>, ConvHistoryTensor<B, DKV, C>) {
         (self.k, self.v)
     }
 }
@@ -279,10 +277,10 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
 /// Outputs with an MXFP8 q: `q [T, DQ]` e4m3, `q_scales [T, HQ, 4]`, `k`, `v` bf16, tied to one
 /// token count.
 pub struct Mxfp8Outputs<B: Backend, const DQ: usize, const DKV: usize> {
-    q: Tensor<B, F8E4M3, Cols<DQ>>,           // [T, DQ]
+    q: Tensor<B, F8E4M3, Cols<DQ>>,             // [T, DQ]
     q_scales: Tensor<B, E8M0, BlockScales<DQ>>, // [T, DQ / 32]
-    k: Tensor<B, bf16, Cols<DKV>>,            // [T, DKV]
-    v: Tensor<B, bf16, Cols<DKV>>,            // [T, DKV]
+    k: Tensor<B, bf16, Cols<DKV>>,              // [T, DKV]
+    v: Tensor<B, bf16, Cols<DKV>>,              // [T, DKV]
 }
 
 /// The tensors of an [`Mxfp8Outputs`], given back by [`Mxfp8Outputs::into_parts`].
@@ -382,7 +380,7 @@ fn to_i32(param: &'static str, value: usize) -> Result<i32> {
 
 /// A target-verify batch: `B` sequences of exactly `q` draft tokens, `T = B·q`.
 pub struct VerifyBatch<B: Backend, L> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,      // [T, ROW]
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,     // [T, ROW]
     cache_indices: Tensor<B, i32, Scalar>, // [B]
     cache_mask: Tensor<B, u8, Scalar>,     // [B]
     loc: Tensor<B, i64, Scalar>,           // [T]
@@ -546,12 +544,7 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> VerifyWindows<B, DKV, C> {
     }
 
     /// The two window tensors back, `(k, v)`.
-    pub fn into_parts(
-        self,
-    ) -> (
-        Tensor<B, bf16, ConvHistory<DKV, C>>,
-        Tensor<B, bf16, ConvHistory<DKV, C>>,
-    ) {
+    pub fn into_parts(self) -> (ConvHistoryTensor<B, DKV, C>, ConvHistoryTensor<B, DKV, C>) {
         (self.k, self.v)
     }
 }
@@ -588,14 +581,14 @@ impl<B: Backend, C: ConvSpec> ExtendTrack<B, C> {
 
 /// A prefill / extend batch of variable-length sequences.
 pub struct ExtendBatch<B: Backend, L, C> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,          // [T, ROW]
-    cu_seqlens: Tensor<B, i64, Scalar>,        // [B + 1]
-    seq_of_token: Tensor<B, i32, Scalar>,      // [T]
-    cache_indices: Tensor<B, i32, Scalar>,     // [B]
-    cache_mask: Tensor<B, u8, Scalar>,         // [B]
-    has_initial_state: Tensor<B, u8, Scalar>,  // [B]
-    loc: Tensor<B, i64, Scalar>,               // [T]
-    tau: Option<Tensor<B, f32, Scalar>>,       // [>= T]
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,        // [T, ROW]
+    cu_seqlens: Tensor<B, i64, Scalar>,       // [B + 1]
+    seq_of_token: Tensor<B, i32, Scalar>,     // [T]
+    cache_indices: Tensor<B, i32, Scalar>,    // [B]
+    cache_mask: Tensor<B, u8, Scalar>,        // [B]
+    has_initial_state: Tensor<B, u8, Scalar>, // [B]
+    loc: Tensor<B, i64, Scalar>,              // [T]
+    tau: Option<Tensor<B, f32, Scalar>>,      // [>= T]
     track: Option<ExtendTrack<B, C>>,
     update_conv_state: bool,
 }
@@ -745,7 +738,7 @@ impl<B: Backend> DecodeTrack<B> {
 
 /// A decode batch: `T` independent tokens, one per sequence.
 pub struct DecodeBatch<B: Backend, L> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,      // [T, ROW]
+    qkvr: Tensor<B, bf16, QkvrRow<L>>,     // [T, ROW]
     cache_indices: Tensor<B, i32, Scalar>, // [T]
     cache_mask: Tensor<B, u8, Scalar>,     // [T]
     loc: Tensor<B, i64, Scalar>,           // [T]

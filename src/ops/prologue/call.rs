@@ -6,8 +6,8 @@
 //! consistent. Everything in this module is internal: the module is private, so the call, its
 //! parts and the backend entry cannot be named, built or called from outside the crate.
 
-use super::args::{ConvState, DecodeBatch, ErrorCounter, ExtendBatch, PrologueWeights};
 use super::args::{Bf16Outputs, Mxfp8Outputs, VerifyBatch, VerifyWindows};
+use super::args::{ConvState, DecodeBatch, ErrorCounter, ExtendBatch, PrologueWeights};
 use super::{
     ConvSpec, Decode, Extend, Outputs, Prologue, PrologueKernel, QkvrLayout, RunPrologue, Store,
     Verify,
@@ -158,16 +158,26 @@ pub struct PrologueCall<'a, B: Backend> {
 /// The per-backend entry of the prologue.
 pub trait PrologueLaunchEntry: Backend + Sized {
     /// Runs the main prologue kernel (and, for extend, the trailing conv-state update).
-    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<()>;
+    ///
+    /// # Safety
+    /// `call` was assembled by a typed `run` (one of the variants' `call`), whose rules and
+    /// extent checks the kernel relies on.
+    unsafe fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<()>;
 }
 
 /// A backend whose launches can be handed out as parameter blocks (CUDA).
 pub trait PlansLaunches: Backend + Sized {
     /// The parameter blocks and shapes of one checked call.
-    fn plan<K: PrologueKernel>(&self, call: PrologueCall<'_, Self>) -> Result<super::PrologueLaunch>;
+    fn plan<K: PrologueKernel>(
+        &self,
+        call: PrologueCall<'_, Self>,
+    ) -> Result<super::PrologueLaunch>;
 }
 impl PlansLaunches for Cuda {
-    fn plan<K: PrologueKernel>(&self, call: PrologueCall<'_, Cuda>) -> Result<super::PrologueLaunch> {
+    fn plan<K: PrologueKernel>(
+        &self,
+        call: PrologueCall<'_, Cuda>,
+    ) -> Result<super::PrologueLaunch> {
         super::cuda::prologue_launch::<K>(self, call)
     }
 }
@@ -198,9 +208,7 @@ impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Bf16Out
     }
 }
 
-impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B>
-    for Mxfp8Outputs<B, DQ, DKV>
-{
+impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Mxfp8Outputs<B, DQ, DKV> {
     fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
         [
             ("q_out", self.q().rows()),
@@ -239,9 +247,7 @@ impl<B: Backend> CacheSlices<B> for () {
         KvTarget::None
     }
 }
-impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B>
-    for PagedBf16Kv<B, PAGE, DKV>
-{
+impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B> for PagedBf16Kv<B, PAGE, DKV> {
     fn target(&mut self) -> KvTarget<'_, B> {
         let slots = self.slots();
         let (k, v) = self.slices_mut();
@@ -335,7 +341,9 @@ macro_rules! variant_entries {
         where
             S::Cache<B, DKV>: KvCacheTarget<B>,
         {
-            backend.prologue::<Self>(Self::call($($arg),*)?)
+            let call = Self::call($($arg),*)?;
+            // SAFETY: assembled by this variant's `call`, the boundary.
+            unsafe { backend.prologue::<Self>(call) }
         }
 
         /// The launches `run` would queue on `cuda`, as parameter blocks and shapes, after the

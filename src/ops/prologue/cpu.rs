@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::layout::{kv_data_offset, scale_plane_offset};
 
 impl PrologueLaunchEntry for Cpu {
-    fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cpu>) -> Result<()> {
+    unsafe fn prologue<K: PrologueKernel>(&self, call: PrologueCall<'_, Cpu>) -> Result<()> {
         run(&K::STATICS, call);
         Ok(())
     }

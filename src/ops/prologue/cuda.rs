@@ -143,7 +143,6 @@ impl<const HD: usize, const DQ: usize, const DKV: usize, L: QkvrLayout<DQ, DKV>,
     }
 }
 
-
 /// Threads per block of the main kernel (`kPrologueThreads`).
 const PROLOGUE_THREADS: usize = 128;
 /// Threads per block of the trailing update (`kConvUpdateThreads`).
@@ -205,7 +204,7 @@ pub struct PrologueLaunch {
 }
 
 impl PrologueLaunchEntry for Cuda {
-    fn prologue<K: PrologueKernel>(&self, mut call: PrologueCall<'_, Cuda>) -> Result<()> {
+    unsafe fn prologue<K: PrologueKernel>(&self, mut call: PrologueCall<'_, Cuda>) -> Result<()> {
         if call.tokens == 0 {
             return Ok(());
         }

@@ -14,11 +14,11 @@ mod cpu;
 mod cuda;
 
 pub use args::{
-    ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
-    ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
+    Bf16OutputParts, DecodeBatchParts, ExtendBatchParts, Mxfp8OutputParts, VerifyBatchParts,
 };
 pub use args::{
-    Bf16OutputParts, DecodeBatchParts, ExtendBatchParts, Mxfp8OutputParts, VerifyBatchParts,
+    ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
+    ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
 };
 pub use call::KvCacheTarget;
 pub use cuda::{

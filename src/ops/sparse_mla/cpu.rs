@@ -11,7 +11,7 @@ use crate::dtype::{bf16, e4m3_to_f32};
 use crate::error::Result;
 
 impl SparseMlaLaunch for Cpu {
-    fn sparse_mla<
+    unsafe fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,
         const TOPK: usize,

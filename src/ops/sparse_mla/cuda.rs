@@ -56,7 +56,7 @@ impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaKernel<D_QK, O> {
 }
 
 impl SparseMlaLaunch for Cuda {
-    fn sparse_mla<
+    unsafe fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,
         const TOPK: usize,

@@ -162,21 +162,25 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
         out.expect_rows("out", "query rows", s_q)?;
         max_logits.expect_rows("max_logits", "query rows", s_q)?;
         lse.expect_rows("lse", "query rows", s_q)?;
-        backend.sparse_mla::<D_QK, H_Q, TOPK, O, HEADS>(SparseMlaCall {
-            s_q,
-            s_kv: kv.len(),
-            q: inputs.q.as_slice(),
-            q_scale: inputs.q_scale.as_slice(),
-            indices: inputs.indices.as_slice(),
-            topk_length: O::length(&inputs.topk_length).map(|t| t.as_slice()),
-            sink: O::sink::<B, HEADS>(&inputs.sink).map(|t| t.as_slice()),
-            sm_scale: inputs.sm_scale,
-            kv: kv.data().as_slice(),
-            kv_scale: kv.scale().as_slice(),
-            out: out.as_slice_mut(),
-            max_logits: max_logits.as_slice_mut(),
-            lse: lse.as_slice_mut(),
-        })
+        // SAFETY: the rules hold (the constructor's bounds) and every extent was checked by
+        // the inputs' constructors and the three row checks above.
+        unsafe {
+            backend.sparse_mla::<D_QK, H_Q, TOPK, O, HEADS>(SparseMlaCall {
+                s_q,
+                s_kv: kv.len(),
+                q: inputs.q.as_slice(),
+                q_scale: inputs.q_scale.as_slice(),
+                indices: inputs.indices.as_slice(),
+                topk_length: O::length(&inputs.topk_length).map(|t| t.as_slice()),
+                sink: O::sink::<B, HEADS>(&inputs.sink).map(|t| t.as_slice()),
+                sm_scale: inputs.sm_scale,
+                kv: kv.data().as_slice(),
+                kv_scale: kv.scale().as_slice(),
+                out: out.as_slice_mut(),
+                max_logits: max_logits.as_slice_mut(),
+                lse: lse.as_slice_mut(),
+            })
+        }
     }
 }
 
@@ -364,25 +368,30 @@ pub(crate) mod launch {
 
     /// One checked call as plain slices; extents in the comments. Made only by `run`.
     pub struct SparseMlaCall<'a, B: Backend> {
-        pub(crate) s_q: usize,                                 // query rows
-        pub(crate) s_kv: usize,                                // latent KV rows
-        pub(crate) q: B::Slice<'a, F8E4M3>,                    // [s_q, HEADS, D_QK]
-        pub(crate) q_scale: B::Slice<'a, f32>,                 // [1]
-        pub(crate) indices: B::Slice<'a, i32>,                 // [s_q, TOPK]
-        pub(crate) topk_length: Option<B::Slice<'a, i32>>,     // [s_q] or none
-        pub(crate) sink: Option<B::Slice<'a, f32>>,            // [HEADS] or none
-        pub(crate) sm_scale: f32,                              // natural-log units
-        pub(crate) kv: B::Slice<'a, F8E4M3>,                   // [s_kv, D_QK]
-        pub(crate) kv_scale: B::Slice<'a, f32>,                // [1]
-        pub(crate) out: B::SliceMut<'a, bf16>,                 // [s_q, HEADS, 512]
-        pub(crate) max_logits: B::SliceMut<'a, f32>,           // [s_q, HEADS]
-        pub(crate) lse: B::SliceMut<'a, f32>,                  // [s_q, HEADS]
+        pub(crate) s_q: usize,                             // query rows
+        pub(crate) s_kv: usize,                            // latent KV rows
+        pub(crate) q: B::Slice<'a, F8E4M3>,                // [s_q, HEADS, D_QK]
+        pub(crate) q_scale: B::Slice<'a, f32>,             // [1]
+        pub(crate) indices: B::Slice<'a, i32>,             // [s_q, TOPK]
+        pub(crate) topk_length: Option<B::Slice<'a, i32>>, // [s_q] or none
+        pub(crate) sink: Option<B::Slice<'a, f32>>,        // [HEADS] or none
+        pub(crate) sm_scale: f32,                          // natural-log units
+        pub(crate) kv: B::Slice<'a, F8E4M3>,               // [s_kv, D_QK]
+        pub(crate) kv_scale: B::Slice<'a, f32>,            // [1]
+        pub(crate) out: B::SliceMut<'a, bf16>,             // [s_q, HEADS, 512]
+        pub(crate) max_logits: B::SliceMut<'a, f32>,       // [s_q, HEADS]
+        pub(crate) lse: B::SliceMut<'a, f32>,              // [s_q, HEADS]
     }
 
     /// The per-backend entry of the prefill.
     pub trait SparseMlaLaunch: Backend + Sized {
         /// Runs one checked call.
-        fn sparse_mla<
+        ///
+        /// # Safety
+        /// `call` was assembled by `SparseMlaPrefill::run`, whose rules and extent checks are
+        /// what the kernel relies on (slice lengths as in the field comments, `s_q` and
+        /// `s_kv` at most `i32::MAX`).
+        unsafe fn sparse_mla<
             const D_QK: usize,
             const H_Q: usize,
             const TOPK: usize,

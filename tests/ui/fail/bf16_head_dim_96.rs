@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{Bf16Prologue, InklingConv, PackedRow, Verify};
 
 fn main() {
-    let _ = Bf16Prologue::<Verify, 96, 768, 96, PackedRow<960, 0, 768, 864>, InklingConv, 128>::new();
+    let _ = Bf16Prologue::<Verify, 96, 768, 96, PackedRow<768, 96, 0>, InklingConv, 128>::new();
 }

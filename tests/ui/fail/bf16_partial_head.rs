@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{Bf16Prologue, InklingConv, PackedRow, Verify};
 
 fn main() {
-    let _ = Bf16Prologue::<Verify, 128, 1000, 128, PackedRow<1264, 0, 1000, 1128>, InklingConv, 128>::new();
+    let _ = Bf16Prologue::<Verify, 128, 1000, 128, PackedRow<1000, 128, 8>, InklingConv, 128>::new();
 }

@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{Conv, Mxfp8Prologue, PackedRow, Verify};
 
 fn main() {
-    let _ = Mxfp8Prologue::<Verify, 1024, 128, PackedRow<1408, 0, 1024, 1152>, Conv<1, false, true>, 128>::new();
+    let _ = Mxfp8Prologue::<Verify, 1024, 128, PackedRow<1024, 128, 128>, Conv<1, false, true>, 128>::new();
 }

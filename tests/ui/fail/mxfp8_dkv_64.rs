@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{Decode, InklingConv, Mxfp8Prologue, PackedRow};
 
 fn main() {
-    let _ = Mxfp8Prologue::<Decode, 1024, 64, PackedRow<1280, 0, 1024, 1088>, InklingConv, 128>::new();
+    let _ = Mxfp8Prologue::<Decode, 1024, 64, PackedRow<1024, 64, 128>, InklingConv, 128>::new();
 }

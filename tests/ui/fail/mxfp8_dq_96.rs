@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{InklingConv, Mxfp8Prologue, PackedRow, Verify};
 
 fn main() {
-    let _ = Mxfp8Prologue::<Verify, 96, 128, PackedRow<384, 0, 96, 224>, InklingConv, 128>::new();
+    let _ = Mxfp8Prologue::<Verify, 96, 128, PackedRow<96, 128, 32>, InklingConv, 128>::new();
 }

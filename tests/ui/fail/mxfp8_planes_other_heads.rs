@@ -3,7 +3,7 @@ use shapeproof::backend::Cpu;
 use shapeproof::layout::Mxfp8KvCache;
 use shapeproof::ops::prologue::*;
 
-type Row = PackedRow<1408, 0, 1024, 1152>;
+type Row = PackedRow<1024, 128, 128>;
 
 fn store(
     weights: &PrologueWeights<Cpu, 128, 128, InklingConv>,

@@ -2,5 +2,5 @@
 use shapeproof::ops::prologue::{InklingConv, Mxfp8Prologue, PackedRow, Verify};
 
 fn main() {
-    let _ = Mxfp8Prologue::<Verify, 1024, 128, PackedRow<1416, 0, 1028, 1156>, InklingConv, 128>::new();
+    let _ = Mxfp8Prologue::<Verify, 1024, 128, PackedRow<1024, 128, 132>, InklingConv, 128>::new();
 }

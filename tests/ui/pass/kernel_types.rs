@@ -8,14 +8,14 @@ use shapeproof::ops::prologue::{
 };
 use shapeproof::ops::sparse_mla::{SparseMlaPrefill, WithLengthAndSink};
 
-type GlobalRow = PackedRow<1408, 0, 1024, 1152>;
-type SwaRow = PackedRow<1664, 0, 1024, 1280>;
+type GlobalRow = PackedRow<1024, 128, 128>;
+type SwaRow = PackedRow<1024, 256, 128>;
 
 fn main() {
     let _ = Mxfp8Prologue::<Verify, 1024, 128, GlobalRow, InklingConv, 128>::new();
     let _ = Mxfp8Prologue::<Extend, 1024, 256, SwaRow, InklingConv, 128>::new();
     let _ = Mxfp8Prologue::<Decode, 1024, 256, SwaRow, InklingConv, 128>::new();
-    let _ = Bf16Prologue::<Verify, 64, 512, 64, PackedRow<640, 0, 512, 576>, InklingConv, 32>::new();
+    let _ = Bf16Prologue::<Verify, 64, 512, 64, PackedRow<512, 64, 0>, InklingConv, 32>::new();
     let _ = SparseMlaPrefill::<576, 64, 2048, shapeproof::ops::sparse_mla::Plain, 16>::new();
     let _ = SparseMlaPrefill::<512, 64, 512, WithLengthAndSink>::new();
     let _ = Mxfp8KvCache::<Cpu, 128, 256>::zeros(&Cpu, 2).unwrap();
