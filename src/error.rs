@@ -29,6 +29,14 @@ pub enum Error {
         /// The accepted range, written for a person (`"1 ..= 64"`).
         range: String,
     },
+    /// The backend could not allocate a buffer of the requested size.
+    #[error("cannot allocate {elements} elements of {element_bytes} bytes")]
+    Alloc {
+        /// Elements asked for.
+        elements: usize,
+        /// Bytes per element.
+        element_bytes: usize,
+    },
     /// A buffer cannot be used by the backend it was passed to.
     #[error("`{param}`: the buffer cannot be used by this backend: {reason}")]
     ForeignBuffer {

@@ -8,8 +8,20 @@ use cudarc::driver::{CudaEvent, CudaStream, sys};
 use shapeproof::backend::Cuda;
 
 /// The GPU, or a clear failure: benchmarks never run without one.
+///
+/// The benchmarks run as a single-stream engine would: on a stream of the primary context with
+/// cudarc's event tracking switched off (every buffer is used on that one stream), so launches
+/// record no events.
 pub fn gpu() -> Cuda {
-    Cuda::new(0).unwrap_or_else(|e| panic!("benchmarks need a CUDA device: {e}"))
+    assert!(
+        shapeproof::backend::cuda::driver_present(),
+        "benchmarks need a CUDA device: no driver"
+    );
+    let ctx = cudarc::driver::CudaContext::new(0).expect("benchmarks need a CUDA device");
+    // SAFETY: every buffer of the benchmarks is made after this and used on one stream only.
+    unsafe { ctx.disable_event_tracking() };
+    Cuda::from_stream(ctx.new_stream().expect("stream"))
+        .unwrap_or_else(|e| panic!("benchmarks need a CUDA device: {e}"))
 }
 
 fn timing_event(g: &Cuda) -> CudaEvent {

@@ -25,17 +25,32 @@ impl<T> Buffer<T> for &mut [T] {
     }
 }
 
+/// An empty `Vec` with room for `len` elements, or [`Error::Alloc`] (never a capacity-overflow
+/// panic) when no allocation can hold them.
+fn reserve<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::Alloc {
+        elements: len,
+        element_bytes: std::mem::size_of::<T>(),
+    })?;
+    Ok(v)
+}
+
 impl Backend for Cpu {
     type Buffer<T: Element> = Vec<T>;
     type Slice<'a, T: Element> = &'a [T];
     type SliceMut<'a, T: Element> = &'a mut [T];
 
     fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
-        Ok(vec![T::default(); len])
+        let mut v = reserve::<T>(len)?;
+        v.resize(len, T::default());
+        Ok(v)
     }
 
     fn upload<T: Element>(&self, host: &[T]) -> Result<Vec<T>> {
-        Ok(host.to_vec())
+        let mut v = reserve::<T>(host.len())?;
+        v.extend_from_slice(host);
+        Ok(v)
     }
 
     fn write<T: Element>(&self, buf: &mut Vec<T>, host: &[T]) -> Result<()> {

@@ -2,6 +2,7 @@
 //! the prologue scenarios run identically on any backend.
 #![allow(dead_code)]
 
+pub mod boundary;
 pub mod prologue;
 pub mod sparse_mla;
 

@@ -108,8 +108,9 @@ impl Cuda {
     }
 }
 
-/// Most buffers one launch passes (the prologue's main kernel has the most, 25).
-const MAX_DEVICE_ARGS: usize = 32;
+/// Most buffers one launch passes (the prologue's main kernel and its trailing update together
+/// have the most, 26).
+const MAX_DEVICE_ARGS: usize = 26;
 
 /// The device addresses of one launch's buffers, admitted one by one, with cudarc's stream
 /// synchronization guards held until the launch has been queued.

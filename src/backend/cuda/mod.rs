@@ -1,8 +1,12 @@
-//! The CUDA backend: a context and stream on one GPU, the NVRTC JIT cache, typed launches.
+//! The CUDA backend: a stream on one GPU (its own, or the caller's), the NVRTC JIT cache, typed
+//! launches.
 //!
 //! Creating it never panics: without a driver it returns [`Error::NoDriver`]. All work is queued
-//! on the backend's one stream, so buffers need no cross-stream events: cudarc's event tracking
-//! is switched off, which keeps launches free of per-argument event records.
+//! on the backend's one stream. The backend changes no state it shares with the caller: cudarc's
+//! event tracking stays as the caller set it. With tracking on, a launch waits for earlier
+//! writes to its buffers and records its own uses (cudarc's protocol), so buffers of other
+//! streams are safe to pass; with tracking off (a single-stream engine's choice, and the fastest
+//! launches), buffers must be ordered on the backend's stream, which the launch checks.
 
 mod jit;
 mod launch;
@@ -43,24 +47,38 @@ pub struct Cuda {
 }
 
 impl Cuda {
-    /// Opens GPU `ordinal` with a new stream; fails cleanly when there is no driver or the
-    /// device is not a Hopper (sm_90) GPU.
+    /// Opens GPU `ordinal` (its primary context) with a new stream; fails cleanly when there
+    /// is no driver or the device is not a Hopper (sm_90) GPU.
     pub fn new(ordinal: usize) -> Result<Self> {
         if !driver_present() {
             return Err(Error::NoDriver);
         }
         let ctx = CudaContext::new(ordinal)?;
-        // SAFETY: every buffer of this backend is used on `stream` only, so stream-ordering is
-        // all the synchronization they need.
-        unsafe { ctx.disable_event_tracking() };
+        let arch = Self::arch_of(&ctx)?;
+        Self::with_stream(ctx.new_stream()?, arch)
+    }
+
+    /// A backend that queues every launch on the caller's `stream` (and so in its context):
+    /// what the caller queued before a launch is visible to the kernel, what it queues after
+    /// sees the kernel's writes, and a graph captured from the stream contains the launches.
+    /// Kernels already compiled in this process are reused; nothing the context shares is
+    /// changed.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let arch = Self::arch_of(stream.context())?;
+        Self::with_stream(stream, arch)
+    }
+
+    fn arch_of(ctx: &CudaContext) -> Result<Arch> {
         let (major, minor) = ctx.compute_capability()?;
+        Arch::from_compute_capability(major, minor).ok_or_else(|| {
+            let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+            Error::UnsupportedDevice { name, major, minor }
+        })
+    }
+
+    fn with_stream(stream: Arc<CudaStream>, arch: Arch) -> Result<Self> {
+        let ctx = stream.context().clone();
         let name = ctx.name()?;
-        let arch = Arch::from_compute_capability(major, minor).ok_or(Error::UnsupportedDevice {
-            name: name.clone(),
-            major,
-            minor,
-        })?;
-        let stream = ctx.new_stream()?;
         Ok(Self {
             ctx,
             stream,
@@ -86,9 +104,10 @@ impl Cuda {
         self.arch
     }
 
-    /// The raw device address of a buffer, for a kernel's parameter block.
+    /// The raw device address of a buffer, for a parameter block of the caller's own raw
+    /// launch ([`Cuda::launch`]). It records no event use: with event tracking on, ordering the
+    /// buffer's other uses against that launch is part of the caller's `unsafe` contract.
     pub fn ptr<T>(&self, buf: &CudaSlice<T>) -> u64 {
-        // Event tracking is off, so the returned guard records nothing.
         let (ptr, _guard) = buf.device_ptr(&self.stream);
         ptr
     }
@@ -121,6 +140,14 @@ impl Backend for Cuda {
     type SliceMut<'a, T: Element> = CudaViewMut<'a, T>;
 
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
+        // cudarc computes the byte count as `len * size_of::<T>()` without a check: a length
+        // whose byte count wraps would allocate a short buffer that still reports `len`.
+        if len.checked_mul(std::mem::size_of::<T>()).is_none() {
+            return Err(Error::Alloc {
+                elements: len,
+                element_bytes: std::mem::size_of::<T>(),
+            });
+        }
         Ok(self.stream.alloc_zeros::<T>(len)?)
     }
 

@@ -1,0 +1,211 @@
+//! The runtime boundary on the H200 (feature `gpu-tests`; fails without a GPU): every extent a
+//! safe caller can get wrong is an `Err` before anything is queued, garbage index values are
+//! guarded on the device, and buffers of another context, or of another stream when nothing
+//! orders them, are refused. `scripts/gpu-run.sh sanitize` runs it under compute-sanitizer
+//! memcheck, racecheck and synccheck, which must report 0 errors.
+#![cfg(feature = "gpu-tests")]
+
+mod common;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys};
+use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::dtype::{E8M0, F8E4M3, bf16};
+use shapeproof::ops::mxfp8_quantize::Mxfp8Quantize;
+use shapeproof::tensor::{BlockScales, Cols, Tensor};
+
+fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
+}
+
+#[test]
+fn sparse_mla_extents_are_errors() {
+    common::boundary::sparse_mla_extents(&gpu());
+}
+
+#[test]
+fn prologue_extents_are_errors() {
+    common::boundary::prologue_extents(&gpu());
+}
+
+#[test]
+fn tensor_and_quantize_extents_are_errors() {
+    common::boundary::tensor_and_quantize_extents(&gpu());
+}
+
+#[test]
+fn garbage_index_values_are_guarded() {
+    let g = gpu();
+    let mut rng = common::rng("garbage_index_values_are_guarded");
+    common::boundary::hostile_index_values(&g, &mut rng);
+}
+
+const W: usize = 256;
+const ROWS: usize = 300;
+
+/// Random bf16 rows and their CPU encoding.
+fn quantize_case(seed: &str) -> (Vec<bf16>, Vec<u8>) {
+    let mut rng = common::rng(seed);
+    let x = common::bf16_normal(&mut rng, ROWS * W, 0.0, 3.0);
+    let input = Tensor::<Cpu, bf16, Cols<W>>::from_host(&Cpu, "x", &x, ROWS).unwrap();
+    let mut data = Tensor::<Cpu, F8E4M3, Cols<W>>::zeros(&Cpu, ROWS).unwrap();
+    let mut scales = Tensor::<Cpu, E8M0, BlockScales<W>>::zeros(&Cpu, ROWS).unwrap();
+    Mxfp8Quantize::<W>::new()
+        .run(&Cpu, &input, &mut data, &mut scales)
+        .unwrap();
+    (x, encoded(&Cpu, &data, &scales))
+}
+
+fn encoded<B: Backend>(
+    b: &B,
+    data: &Tensor<B, F8E4M3, Cols<W>>,
+    scales: &Tensor<B, E8M0, BlockScales<W>>,
+) -> Vec<u8> {
+    let mut bytes: Vec<u8> = data
+        .to_host(b)
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    bytes.extend(scales.to_host(b).unwrap().iter().map(|s| s.0));
+    bytes
+}
+
+/// Runs the quantize op on `on`, with tensors allocated by `from`; poisoned outputs.
+fn quantize_across(on: &Cuda, from: &Cuda, x: &[bf16]) -> shapeproof::Result<Vec<u8>> {
+    let input = Tensor::<Cuda, bf16, Cols<W>>::from_host(from, "x", x, ROWS)?;
+    let mut data = Tensor::filled(from, ROWS, F8E4M3::from_bits(0x7F))?;
+    let mut scales = Tensor::filled(from, ROWS, E8M0(0xFF))?;
+    Mxfp8Quantize::<W>::new().run(on, &input, &mut data, &mut scales)?;
+    on.synchronize()?;
+    Ok(encoded(from, &data, &scales))
+}
+
+/// With event tracking on (cudarc's default, which the backend leaves alone), buffers of
+/// another stream of the same context are ordered by events: the launch is correct.
+#[test]
+fn buffers_of_another_stream_are_ordered_by_events() {
+    let (x, expected) = quantize_case("buffers_of_another_stream_are_ordered_by_events");
+    let (a, b) = (gpu(), gpu());
+    assert!(a.context().is_event_tracking());
+    assert_eq!(quantize_across(&b, &a, &x).unwrap(), expected);
+}
+
+/// A context of its own with event tracking off: a buffer of another stream is refused (the
+/// launch could not be ordered against its writes or its release), one of the backend's own
+/// stream runs.
+#[test]
+fn buffers_of_another_stream_without_events_are_refused() {
+    let (x, expected) = quantize_case("buffers_of_another_stream_without_events_are_refused");
+    let ctx = CudaContext::new_non_primary(0, 0).unwrap();
+    // SAFETY: every buffer made in this context below is used on one stream, or refused.
+    unsafe { ctx.disable_event_tracking() };
+    let a = Cuda::from_stream(ctx.new_stream().unwrap()).unwrap();
+    let b = Cuda::from_stream(ctx.new_stream().unwrap()).unwrap();
+    let err = quantize_across(&b, &a, &x).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "`input`: the buffer cannot be used by this backend: it is ordered on another stream"
+        ),
+        "{err}"
+    );
+    assert_eq!(quantize_across(&a, &a, &x).unwrap(), expected);
+}
+
+/// A buffer of another context (another device, or another context of this one) is refused.
+#[test]
+fn buffers_of_another_context_are_refused() {
+    let (x, _) = quantize_case("buffers_of_another_context_are_refused");
+    let primary = gpu();
+    let other = Cuda::from_stream(
+        CudaContext::new_non_primary(0, 0)
+            .unwrap()
+            .new_stream()
+            .unwrap(),
+    )
+    .unwrap();
+    let err = quantize_across(&other, &primary, &x)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("`input`: the buffer cannot be used by this backend: it was allocated in another CUDA context"),
+        "{err}"
+    );
+}
+
+/// A backend on the caller's stream: the caller's upload queued just before the launch is
+/// what the kernel reads, and the caller's download queued just after sees its writes.
+#[test]
+fn a_backend_on_the_callers_stream_is_ordered_with_its_work() {
+    let (x, expected) = quantize_case("a_backend_on_the_callers_stream_is_ordered_with_its_work");
+    let ctx = CudaContext::new(0).unwrap();
+    let stream: Arc<CudaStream> = ctx.new_stream().unwrap();
+    let g = Cuda::from_stream(stream.clone()).unwrap();
+    // The caller's own allocations and copies, on its stream.
+    let mut input_buf = stream.alloc_zeros::<bf16>(ROWS * W).unwrap();
+    stream.memcpy_htod(&x, &mut input_buf).unwrap();
+    let input = Tensor::<Cuda, bf16, Cols<W>>::from_buffer("x", input_buf, ROWS).unwrap();
+    let mut data = Tensor::<Cuda, F8E4M3, Cols<W>>::from_buffer(
+        "data",
+        stream.alloc_zeros(ROWS * W).unwrap(),
+        ROWS,
+    )
+    .unwrap();
+    let mut scales = Tensor::<Cuda, E8M0, BlockScales<W>>::from_buffer(
+        "scales",
+        stream.alloc_zeros(ROWS * W / 32).unwrap(),
+        ROWS,
+    )
+    .unwrap();
+    Mxfp8Quantize::<W>::new()
+        .run(&g, &input, &mut data, &mut scales)
+        .unwrap();
+    let mut bytes: Vec<u8> = stream
+        .clone_dtoh(data.buffer())
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    bytes.extend(
+        stream
+            .clone_dtoh(scales.buffer())
+            .unwrap()
+            .iter()
+            .map(|s| s.0),
+    );
+    assert_eq!(bytes, expected);
+}
+
+/// A graph captured from the caller's stream contains the typed launch: replaying it
+/// recomputes the outputs after they are poisoned again.
+#[test]
+fn a_graph_captured_from_the_callers_stream_replays_the_launch() {
+    let (x, expected) =
+        quantize_case("a_graph_captured_from_the_callers_stream_replays_the_launch");
+    let ctx = CudaContext::new_non_primary(0, 0).unwrap();
+    // SAFETY: every buffer of this context is used on `stream` only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().unwrap();
+    let g = Cuda::from_stream(stream.clone()).unwrap();
+    let op = Mxfp8Quantize::<W>::new();
+    let input = Tensor::<Cuda, bf16, Cols<W>>::from_host(&g, "x", &x, ROWS).unwrap();
+    let mut data = Tensor::filled(&g, ROWS, F8E4M3::from_bits(0x7F)).unwrap();
+    let mut scales = Tensor::filled(&g, ROWS, E8M0(0xFF)).unwrap();
+    op.run(&g, &input, &mut data, &mut scales).unwrap(); // loads the kernel before capture
+    g.synchronize().unwrap();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    op.run(&g, &input, &mut data, &mut scales).unwrap();
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a captured graph");
+    data.write(&g, &vec![F8E4M3::from_bits(0x7F); ROWS * W])
+        .unwrap();
+    scales.write(&g, &vec![E8M0(0xFF); ROWS * W / 32]).unwrap();
+    graph.launch().unwrap();
+    g.synchronize().unwrap();
+    assert_eq!(encoded(&g, &data, &scales), expected);
+}
