@@ -139,6 +139,9 @@ impl<'a> DeviceArgs<'a> {
 
     fn admit(&self, param: &'static str, home: &CudaStream) -> Result<()> {
         let ours = self.stream;
+        if std::ptr::eq(home, ours) {
+            return Ok(()); // the backend's own stream object: same stream, same context
+        }
         if home.context().cu_ctx() != ours.context().cu_ctx() {
             return Err(Error::ForeignBuffer {
                 param,
