@@ -18,6 +18,8 @@ const MAX_PAGE: usize = 4096;
 const MAX_TOPK: usize = 8192;
 /// Largest padded query-head count of the sparse MLA prefill (one 64-head tile at a time).
 const MAX_HEAD_TILE: usize = 1024;
+/// Head tiles of the narrow sparse MLA kernel (fewer than 64 heads per rank, not padded to 64).
+const NARROW_HEAD_TILES: [usize; 3] = [8, 16, 32];
 /// Conv widths the prologue is instantiated for.
 const CONV_WIDTHS: std::ops::RangeInclusive<usize> = 2..=8;
 /// Head dims the bf16-store prologue supports.
@@ -83,16 +85,36 @@ fn main() {
         )
         .unwrap();
     }
+    // Head tiles: the narrow kernel's 8, 16 and 32, and the wide kernel's multiples of 64.
+    // A real count pads to a tile that holds it with no smaller tile beside it: a narrow tile
+    // takes the counts above the next smaller narrow tile (12 -> 16, 20 -> 32), the 64-head tile
+    // every count up to 64 (the padded wide path stays available), 64k the counts above 64(k-1).
+    for tile in NARROW_HEAD_TILES {
+        writeln!(
+            out,
+            "{hide} impl HeadTile for Dim<{tile}> {{ const WIDTH: usize = {tile}; const TILES: usize = 1; }}"
+        )
+        .unwrap();
+    }
     for k in 1..=MAX_HEAD_TILE / 64 {
         writeln!(
             out,
-            "{hide} impl HeadTile for Dim<{}> {{ const TILES: usize = {k}; }}",
+            "{hide} impl HeadTile for Dim<{}> {{ const WIDTH: usize = 64; const TILES: usize = {k}; }}",
             k * 64
         )
         .unwrap();
+    }
+    let mut below = 0;
+    for tile in NARROW_HEAD_TILES {
+        for heads in below + 1..=tile {
+            writeln!(out, "{hide} impl PadsTo<{tile}> for Dim<{heads}> {{}}").unwrap();
+        }
+        below = tile;
+    }
+    for k in 1..=MAX_HEAD_TILE / 64 {
         for heads in (k - 1) * 64 + 1..=k * 64 {
             writeln!(out, "{hide} impl PadsTo<{}> for Dim<{heads}> {{}}", k * 64).unwrap();
-            if heads % 64 != 0 {
+            if heads % 64 != 0 && !NARROW_HEAD_TILES.contains(&heads) {
                 // A count trivially "pads" to itself, so an unpadded count reports only the
                 // head-tile rule, not a second error.
                 writeln!(out, "{hide} impl PadsTo<{heads}> for Dim<{heads}> {{}}").unwrap();
@@ -159,6 +181,9 @@ fn claims() -> String {
     }
     for k in (128..=MAX_TOPK).step_by(128) {
         writeln!(c, "    topk_width::<{k}>();").unwrap();
+    }
+    for h in [8, 16, 32] {
+        writeln!(c, "    head_tile::<{h}>();").unwrap();
     }
     for h in (64..=MAX_HEAD_TILE).step_by(64) {
         writeln!(c, "    head_tile::<{h}>();").unwrap();

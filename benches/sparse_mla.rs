@@ -3,6 +3,11 @@
 //! d_qk = 512, top-k 512; and DeepSeek V3.2 at TP8 (16 real heads in one 64-head tile). The
 //! limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
 //! `fp8_matmul_rate.py` (PyTorch `_scaled_mm`) when Python with PyTorch is present.
+//!
+//! Narrow head tiles (8, 16, 32 heads per rank) at (4096, 32768, h, 576, 2048) and
+//! (4096, 32768, h, 512, 512): the narrow kernel, the same inputs run padded in one 64-head tile,
+//! TFLOP/s on the real heads, and beside them the gather limit of the same run: a gather-only
+//! kernel that reads the same indices' rows (top-k rows of d_qk bytes per query row).
 //! Inputs: N(0, 0.05²) cast to e4m3, random valid indices, rotated between two sets.
 //! Run on the H200 through `scripts/gpu-bundle.sh` (`run.sh bench`); needs `--features gpu-tests`.
 
@@ -11,6 +16,7 @@ mod common;
 use common::{Record, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shapeproof::backend::cuda::{CudaKernel, LaunchShape};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
@@ -89,6 +95,162 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     });
 }
 
+/// Gather-only limit kernel: per query row (one 256-thread block), every valid index's row of
+/// `D` bytes, read with 16-byte loads, one warp instruction per 512 contiguous bytes of a row
+/// (the 64 RoPE bytes of d_qk 576 eight rows per instruction); the data only feeds an XOR.
+const GATHER_LIMIT_SOURCE: &str = r#"
+struct GatherLimitParams {
+    const u8* kv;        // [s_kv, D]
+    const i32* indices;  // [s_q, topk]
+    u32* sink;           // [1], written only if the XOR of every byte read hits a magic value
+    i32 topk;
+    i32 s_kv;
+};
+
+__device__ __forceinline__ uint4 load_16(const u8* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+template <int D>
+__global__ void __launch_bounds__(256) gather_limit_kernel(const GatherLimitParams p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const i32* idx_row = p.indices + (i64)blockIdx.x * p.topk;
+    u32 acc = 0;
+    for (int r0 = warp * 8; r0 < p.topk; r0 += 64) {  // 8 rows per warp and step
+        const int mine = lane < 8 ? idx_row[r0 + lane] : -1;
+        uint4 v[9];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const int id = __shfl_sync(0xffffffffu, mine, k);
+            v[k] = (id >= 0 && id < p.s_kv) ? load_16(p.kv + (i64)id * D + lane * 16)
+                                            : make_uint4(0, 0, 0, 0);
+        }
+        v[8] = make_uint4(0, 0, 0, 0);
+        if (D > 512) {
+            const int id = __shfl_sync(0xffffffffu, mine, lane >> 2);
+            if (id >= 0 && id < p.s_kv) v[8] = load_16(p.kv + (i64)id * D + 512 + (lane & 3) * 16);
+        }
+#pragma unroll
+        for (int k = 0; k < 9; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    }
+    if (acc == 0x9E3779B9u) p.sink[0] = acc;
+}
+"#;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GatherLimitParams {
+    kv: u64,
+    indices: u64,
+    sink: u64,
+    topk: i32,
+    s_kv: i32,
+}
+
+struct GatherLimit<const D: usize>;
+impl<const D: usize> CudaKernel for GatherLimit<D> {
+    const SOURCE: &'static str = GATHER_LIMIT_SOURCE;
+    type Params = GatherLimitParams;
+    fn instantiation() -> String {
+        format!("gather_limit_kernel<{D}>")
+    }
+}
+
+/// A narrow head tile `H` (8, 16, 32 real heads): the narrow kernel, the same inputs in one
+/// 64-head tile, and the gather limit over the same indices.
+fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
+    g: &Cuda,
+    rng: &mut StdRng,
+    s_kv: usize,
+    records: &mut Vec<Record>,
+) where
+    Dim<D>: MlaHeadDim,
+    Dim<H>: HeadTile + PadsTo<H> + PadsTo<64>,
+    Dim<TOPK>: TopkWidth,
+{
+    let mut raw = Vec::new(); // (kv bytes, indices) of each set, for the gather limit
+    let sets: Vec<Set<D, H, TOPK>> = (0..2)
+        .map(|_| {
+            let indices: Vec<i32> = (0..S_Q * TOPK)
+                .map(|_| rng.random_range(0..s_kv as i32))
+                .collect();
+            let kv = e4m3(rng, s_kv * D);
+            let kv_bytes: Vec<u8> = kv.iter().map(|v| v.to_bits()).collect();
+            raw.push((g.upload(&kv_bytes).unwrap(), g.upload(&indices).unwrap()));
+            Set {
+                inputs: SparseMlaInputs::new(
+                    Tensor::from_host(g, "q", &e4m3(rng, S_Q * H * D), S_Q).unwrap(),
+                    Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
+                    Tensor::from_host(g, "indices", &indices, S_Q).unwrap(),
+                    0.1352,
+                )
+                .unwrap(),
+                kv: MlaLatentKv::new(g, g.upload(&kv).unwrap(), s_kv, 1.0).unwrap(),
+            }
+        })
+        .collect();
+    let mut out = Tensor::<Cuda, bf16, OutRow<H>>::zeros(g, S_Q).unwrap();
+    let mut ml = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
+    let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
+    let narrow = SparseMlaPrefill::<D, H, TOPK, Plain, H>::new();
+    let padded = SparseMlaPrefill::<D, 64, TOPK, Plain, H>::new();
+    let us = time_us(g, 3, 20, |i| {
+        let s = &sets[i % 2];
+        narrow
+            .run(g, &s.inputs, &s.kv, &mut out, &mut ml, &mut lse)
+            .unwrap()
+    });
+    let us_padded = time_us(g, 3, 20, |i| {
+        let s = &sets[i % 2];
+        padded
+            .run(g, &s.inputs, &s.kv, &mut out, &mut ml, &mut lse)
+            .unwrap()
+    });
+    let sink = g.upload(&[0u32]).unwrap();
+    let us_gather = time_us(g, 3, 20, |i| {
+        let (kv, idx) = &raw[i % 2];
+        let params = GatherLimitParams {
+            kv: g.ptr(kv),
+            indices: g.ptr(idx),
+            sink: g.ptr(&sink),
+            topk: TOPK as i32,
+            s_kv: s_kv as i32,
+        };
+        let shape = LaunchShape {
+            grid: (S_Q as u32, 1, 1),
+            block: (256, 1, 1),
+            smem_bytes: 0,
+        };
+        // SAFETY: kv holds s_kv rows of D bytes, indices S_Q rows of TOPK; rows outside
+        // [0, s_kv) are skipped; sink is one u32.
+        unsafe { g.launch::<GatherLimit<D>>(shape, &params).unwrap() }
+    });
+    let flops = SparseMlaPrefill::<D, H, TOPK, Plain, H>::flops(S_Q);
+    let tflops = flops / (us * 1e-6) / 1e12;
+    let gather_tbs = (S_Q * TOPK * D) as f64 / (us_gather * 1e-6) / 1e12;
+    println!(
+        "| ({S_Q}, {s_kv}, {H}, {D}, {TOPK}) | {:.3} | {tflops:.0} | {:.3} | {:.2}× | {:.3} ({gather_tbs:.2} TB/s) | {:.2}× |",
+        us / 1e3,
+        us_padded / 1e3,
+        us_padded / us,
+        us_gather / 1e3,
+        us / us_gather
+    );
+    records.push(Record {
+        name: format!("narrow_sq{S_Q}_skv{s_kv}_heads{H}_d{D}_topk{TOPK}"),
+        fields: vec![
+            ("ms", us / 1e3),
+            ("real_head_tflops", tflops),
+            ("padded_tile_ms", us_padded / 1e3),
+            ("gather_limit_ms", us_gather / 1e3),
+            ("gather_limit_tbs", gather_tbs),
+        ],
+    });
+}
+
 fn fp8_matmul_limit() -> Option<f64> {
     let script = std::env::current_exe()
         .ok()?
@@ -126,5 +288,16 @@ fn main() {
         bench::<512, 64, 64, 512>(&g, &mut rng, s_kv, limit, &mut records);
     }
     bench::<576, 64, 16, 2048>(&g, &mut rng, 65536, limit, &mut records);
+
+    println!(
+        "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | gather limit ms | over the limit |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    bench_narrow::<576, 8, 2048>(&g, &mut rng, 32768, &mut records);
+    bench_narrow::<576, 16, 2048>(&g, &mut rng, 32768, &mut records);
+    bench_narrow::<576, 32, 2048>(&g, &mut rng, 32768, &mut records);
+    bench_narrow::<512, 8, 512>(&g, &mut rng, 32768, &mut records);
+    bench_narrow::<512, 16, 512>(&g, &mut rng, 32768, &mut records);
+    bench_narrow::<512, 32, 512>(&g, &mut rng, 32768, &mut records);
     common::write_json("sparse_mla.json", &records);
 }

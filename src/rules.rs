@@ -93,23 +93,26 @@ pub trait MlaHeadDim {}
 impl MlaHeadDim for Dim<512> {}
 impl MlaHeadDim for Dim<576> {}
 
-/// A query-head count the sparse MLA prefill can tile: a positive multiple of 64.
+/// A query-head count the sparse MLA prefill runs as whole head tiles: one narrow tile of 8, 16
+/// or 32 heads (`kernels/sparse_mla_narrow.cu`), or 64-head tiles (`kernels/sparse_mla_prefill.cu`).
 #[diagnostic::on_unimplemented(
-    message = "query-head count `{Self}` is not a positive multiple of 64",
-    label = "the sparse MLA prefill runs 64-head tiles: H_Q must be 64, 128, … (up to 1024)",
-    note = "name the padded count and the real one: `SparseMlaPrefill<D_QK, 64, TOPK, Plain, 16>` runs 16 real heads as one 64-head tile (the kernel pads; the caller passes the real heads)"
+    message = "query-head count `{Self}` is not a sparse MLA head tile",
+    label = "the sparse MLA prefill runs head tiles of 8, 16 or 32 heads, or multiples of 64: H_Q must be 8, 16, 32, 64, 128, … (up to 1024)",
+    note = "name the tile and the real count: `SparseMlaPrefill<D_QK, 16, TOPK, Plain, 12>` runs 12 real heads in one 16-head tile (the kernel pads; the caller passes the real heads)"
 )]
 pub trait HeadTile {
-    /// 64-head tiles, `H_Q / 64`.
+    /// Heads per CTA of the kernel that runs this tile: 8, 16, 32 or 64.
+    const WIDTH: usize;
+    /// Tiles per query row, `H_Q / WIDTH`.
     const TILES: usize;
 }
 
-/// A real query-head count (`Self`) that the padded head count `H_Q` holds:
-/// `H_Q - 64 < HEADS <= H_Q`.
+/// A real query-head count (`Self`) that the padded head count `H_Q` holds: `HEADS <= H_Q` with
+/// no smaller tile that holds it, except that the 64-head tile takes every count up to 64.
 #[diagnostic::on_unimplemented(
     message = "real query-head count `{Self}` does not pad to {H_Q} heads",
-    label = "the real head count must satisfy H_Q - 64 < HEADS <= H_Q",
-    note = "H_Q is the real head count rounded up to a multiple of 64 (16 -> 64, 128 -> 128)"
+    label = "tile 8 takes 1–8 real heads, 16 takes 9–16, 32 takes 17–32, 64 takes 1–64, a larger multiple of 64 the 64 counts up to it",
+    note = "pad to the smallest tile that holds the real heads (12 -> 16, 20 -> 32, 40 -> 64, 128 -> 128)"
 )]
 pub trait PadsTo<const H_Q: usize> {}
 

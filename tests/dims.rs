@@ -41,7 +41,7 @@ fn head_tile<const H: usize>()
 where
     Dim<H>: HeadTile + PadsTo<H>,
 {
-    assert_eq!(<Dim<H> as HeadTile>::TILES * 64, H);
+    assert_eq!(<Dim<H> as HeadTile>::TILES * <Dim<H> as HeadTile>::WIDTH, H);
 }
 fn row_offset<const O: usize>()
 where
@@ -70,6 +70,9 @@ fn table_edges_are_honest() {
     assert_not_impl_any!(Dim<96>: Mxfp8Width);
     assert_not_impl_any!(Dim<8320>: TopkWidth);
     assert_not_impl_any!(Dim<1088>: HeadTile);
+    assert_not_impl_any!(Dim<4>: HeadTile);
+    assert_not_impl_any!(Dim<24>: HeadTile);
+    assert_not_impl_any!(Dim<48>: HeadTile);
     assert_not_impl_any!(Dim<4128>: PageSize);
     assert_not_impl_any!(Dim<32776>: RowOffset);
     assert_not_impl_any!(Dim<1>: ConvWidth);
@@ -83,6 +86,15 @@ fn table_edges_are_honest() {
     assert_impl_all!(Dim<16>: PadsTo<64>);
     assert_impl_all!(Dim<65>: PadsTo<128>);
     assert_not_impl_any!(Dim<64>: PadsTo<128>);
+    // Narrow tiles: 12 -> 16, 20 -> 32, 5 -> 8; a count never pads to a tile two sizes up
+    // (except the 64-head tile, which takes every count up to 64).
+    assert_impl_all!(Dim<12>: PadsTo<16>);
+    assert_impl_all!(Dim<20>: PadsTo<32>, PadsTo<64>);
+    assert_impl_all!(Dim<5>: PadsTo<8>);
+    assert_impl_all!(Dim<40>: PadsTo<64>);
+    assert_not_impl_any!(Dim<5>: PadsTo<16>);
+    assert_not_impl_any!(Dim<12>: PadsTo<8>, PadsTo<32>);
+    assert_not_impl_any!(Dim<40>: PadsTo<32>);
     // Tensor parallelism: heads must divide; KV heads divide or replicate.
     assert_not_impl_any!(Dim<3>: ShardsHeads<64>);
     assert_not_impl_any!(Dim<32>: ShardsHeads<48>);

@@ -1,5 +1,6 @@
 //! The sparse MLA prefill on the GPU against the CPU reference: D_QK 512 and 576, 16 (padded),
-//! 64, 80 (two tiles) and 128 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
+//! 64, 80 (two tiles) and 128 heads on the 64-head kernel, and 5, 8, 12, 16, 20, 32 heads in
+//! narrow tiles of 8, 16 and 32 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element
 //! compared. Tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
@@ -159,4 +160,97 @@ case!(
     16384,
     0.5,
     0.0625
+);
+
+// Narrow head tiles (one tile of 8, 16 or 32 heads, not padded to 64): DeepSeek V3.2 at TP8
+// (16 heads), GLM-5 at TP8 (8 heads), 32 heads, and real counts that pad inside a narrow tile
+// (5 -> 8, 12 -> 16, 20 -> 32). Every case runs every option with the scenarios' invalid,
+// out-of-range and duplicate indices, empty rows, lengths outside `[0, topk]` and ±inf sinks.
+case!(
+    d576_h16_tile16_topk2048_skv64k,
+    576,
+    16,
+    16,
+    2048,
+    48,
+    65536,
+    0.05,
+    0.1352
+);
+case!(
+    d576_h8_tile8_topk2048_skv32k,
+    576,
+    8,
+    8,
+    2048,
+    40,
+    32768,
+    0.05,
+    0.1352
+);
+case!(
+    d576_h32_tile32_topk2048_skv8k,
+    576,
+    32,
+    32,
+    2048,
+    24,
+    8192,
+    0.05,
+    0.1352
+);
+case!(
+    d576_h12_tile16_topk512_skv1k_wide,
+    576,
+    16,
+    12,
+    512,
+    32,
+    1024,
+    1.0,
+    0.05
+);
+case!(
+    d576_h20_tile32_topk128_wide,
+    576,
+    32,
+    20,
+    128,
+    40,
+    2048,
+    1.0,
+    0.1
+);
+case!(
+    d512_h16_tile16_topk2048_skv16k,
+    512,
+    16,
+    16,
+    2048,
+    32,
+    16384,
+    0.5,
+    0.0625
+);
+case!(
+    d512_h5_tile8_topk512_skv32k,
+    512,
+    8,
+    5,
+    512,
+    48,
+    32768,
+    0.05,
+    0.0625
+);
+case!(
+    d512_h32_tile32_topk128_skv1k_wide,
+    512,
+    32,
+    32,
+    128,
+    32,
+    1024,
+    1.0,
+    0.05
 );

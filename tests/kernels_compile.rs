@@ -77,3 +77,20 @@ fn sparse_mla() {
     compiles::<SparseMlaKernel<512, WithLengthAndSink>>();
     compiles::<SparseMlaKernel<576, WithLengthAndSink>>();
 }
+
+/// The narrow-tile kernel (8, 16 and 32 heads): every option, both head dims.
+fn sparse_mla_narrow_tile<const TILE: usize>() {
+    compiles::<SparseMlaKernel<512, Plain, TILE>>();
+    compiles::<SparseMlaKernel<576, Plain, TILE>>();
+    compiles::<SparseMlaKernel<512, WithLength, TILE>>();
+    compiles::<SparseMlaKernel<576, WithLength, TILE>>();
+    compiles::<SparseMlaKernel<512, WithLengthAndSink, TILE>>();
+    compiles::<SparseMlaKernel<576, WithLengthAndSink, TILE>>();
+}
+
+#[test]
+fn sparse_mla_narrow() {
+    sparse_mla_narrow_tile::<8>();
+    sparse_mla_narrow_tile::<16>();
+    sparse_mla_narrow_tile::<32>();
+}

@@ -242,7 +242,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub const HEADS: usize = #heads;
         /// Query heads on each rank, `HEADS / TENSOR_PARALLEL` (the real count).
         pub const HQ: usize = #hq;
-        /// `HQ` rounded up to 64-head tiles: the heads the sparse MLA prefill runs.
+        /// `HQ` rounded up to the smallest head tile (8, 16, 32 or a multiple of 64): the heads the sparse MLA prefill runs.
         pub const HQ_PADDED: usize = #hq_padded;
         /// Latent channels, which are also the value width.
         pub const KV_LORA_RANK: usize = #lora;

@@ -21,8 +21,12 @@ const MAX_PAGE: u64 = 4096;
 const MAX_TOPK: u64 = 8192;
 /// Largest padded head count of the `HeadTile` table (`MAX_HEAD_TILE`).
 const MAX_HEAD_TILE: u64 = 1024;
-/// Query heads per sparse-MLA tile.
+/// Query heads per wide sparse-MLA tile.
 const HEAD_TILE: u64 = 64;
+/// Narrow sparse-MLA head tiles the model macro picks, smallest first. The 32-head tile exists
+/// (`HeadTile` admits it) but measured slower than the padded 64-head tile on the H200
+/// (bench/RESULTS.md), so 17..=64 heads per rank get the 64-head tile.
+const NARROW_HEAD_TILES: [u64; 2] = [8, 16];
 /// Top-k columns per sparse-MLA loop step.
 const TOPK_STEP: u64 = 128;
 /// Latent (value) width of the sparse MLA prefill.
@@ -97,7 +101,7 @@ impl PrologueKind {
 pub struct MlaKind {
     /// Query heads of the model and per rank.
     pub sharding: Sharding,
-    /// Per-rank heads rounded up to 64-head tiles.
+    /// Per-rank heads rounded up to the head tile the macro picks (8, 16 or a multiple of 64).
     pub hq_padded: u64,
     /// `kv_lora_rank + qk_rope_head_dim`.
     pub d_qk: u64,
@@ -345,8 +349,12 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
         ));
     }
 
-    // `HeadTile`: the library pads the per-rank heads to 64-head tiles.
-    let hq_padded = sharding.hq.div_ceil(HEAD_TILE) * HEAD_TILE;
+    // `HeadTile` / `PadsTo`: the fastest measured tile that holds the per-rank heads: 8 or 16
+    // (narrow kernel), else a multiple of 64.
+    let hq_padded = NARROW_HEAD_TILES
+        .into_iter()
+        .find(|&tile| sharding.hq <= tile)
+        .unwrap_or_else(|| sharding.hq.div_ceil(HEAD_TILE) * HEAD_TILE);
     if hq_padded > MAX_HEAD_TILE {
         return Err(tp.at.error(
             format!("`{hq_padded}` padded query heads per rank is more than {MAX_HEAD_TILE}"),

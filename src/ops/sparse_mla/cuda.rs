@@ -1,4 +1,5 @@
-//! CUDA launch of the sparse MLA prefill (`kernels/sparse_mla_prefill.cu`).
+//! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_prefill.cu` for 64-head tiles,
+//! `kernels/sparse_mla_narrow.cu` for a narrow tile of 8, 16 or 32 heads.
 
 use std::marker::PhantomData;
 
@@ -8,8 +9,12 @@ use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
 use crate::error::Result;
 
-/// Threads per CTA: two consumer warpgroups and a producer warpgroup (`sparse_mla::kThreads`).
+/// Threads per CTA of the 64-head kernel: two consumer warpgroups and a producer warpgroup
+/// (`sparse_mla::kThreads`).
 const THREADS: u32 = 384;
+/// Threads per CTA of the narrow kernel: one consumer warpgroup and a gather warp
+/// (`sparse_mla_narrow::kThreads`).
+const NARROW_THREADS: u32 = 160;
 
 /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
 #[repr(C)]
@@ -33,25 +38,60 @@ pub struct SparseMlaParams {
     topk: i32,
 }
 
-/// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>`.
-pub struct SparseMlaKernel<const D_QK: usize, O>(PhantomData<O>);
+/// The sparse MLA kernel for head tiles of `TILE` heads: `TILE = 64` is
+/// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>` (H_Q a multiple of 64),
+/// `TILE` = 8, 16 or 32 is `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`.
+pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(PhantomData<O>);
 
-/// Dynamic shared memory of one CTA, `320·D_QK + 18304` bytes (the kernel asserts the same
-/// formula against its layout: Q tile, four K slots, two P^T buffers, barriers and statistics).
+/// Dynamic shared memory of one CTA of the 64-head kernel, `320·D_QK + 18304` bytes (the kernel
+/// asserts the same formula against its layout: Q tile, four K slots, two P^T buffers, barriers
+/// and statistics).
 pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
     (320 * d_qk + 18304) as u32
 }
 
-impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaKernel<D_QK, O> {
-    const SOURCE: &'static str = include_str!("../../../kernels/sparse_mla_prefill.cu");
-    const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_smem_bytes(D_QK);
+/// K slots of the narrow kernel's ring: two per CTA for 8 and 16 heads (two CTAs per SM), four
+/// for 32 heads (one CTA per SM).
+pub const fn sparse_mla_narrow_slots(tile: usize) -> usize {
+    if tile == 32 { 4 } else { 2 }
+}
+
+/// Dynamic shared memory of one CTA of the narrow kernel,
+/// `(tile + 64·slots)·D_QK + 112·tile + 24·slots + 8` bytes (the kernel asserts the same
+/// formula: Q tile, K slots, P^T, column statistics, validity masks, barriers).
+pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
+    let slots = sparse_mla_narrow_slots(tile);
+    ((tile + 64 * slots) * d_qk + 112 * tile + 24 * slots + 8) as u32
+}
+
+impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
+    for SparseMlaKernel<D_QK, O, TILE>
+{
+    const SOURCE: &'static str = if TILE == 64 {
+        include_str!("../../../kernels/sparse_mla_prefill.cu")
+    } else {
+        include_str!("../../../kernels/sparse_mla_narrow.cu")
+    };
+    const DYNAMIC_SMEM_BYTES: u32 = if TILE == 64 {
+        sparse_mla_smem_bytes(D_QK)
+    } else {
+        sparse_mla_narrow_smem_bytes(D_QK, TILE)
+    };
     type Params = SparseMlaParams;
     fn instantiation() -> String {
-        format!(
-            "sparse_mla_prefill_kernel<{D_QK}, {}, {}>",
-            O::HAVE_LENGTH,
-            O::HAVE_SINK
-        )
+        if TILE == 64 {
+            format!(
+                "sparse_mla_prefill_kernel<{D_QK}, {}, {}>",
+                O::HAVE_LENGTH,
+                O::HAVE_SINK
+            )
+        } else {
+            format!(
+                "sparse_mla_narrow_kernel<{D_QK}, {TILE}, {}, {}>",
+                O::HAVE_LENGTH,
+                O::HAVE_SINK
+            )
+        }
     }
 }
 
@@ -69,7 +109,10 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        let head_tiles = H_Q / 64;
+        // H_Q is a head tile (`HeadTile`): 8, 16 or 32 runs the narrow kernel as one tile, a
+        // multiple of 64 the 64-head kernel.
+        let tile = if H_Q < 64 { H_Q } else { 64 };
+        let head_tiles = H_Q / tile;
         let SparseMlaCall {
             s_q,
             s_kv,
@@ -104,15 +147,43 @@ impl SparseMlaLaunch for Cuda {
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
         };
-        let shape = LaunchShape {
-            grid: ((head_tiles * s_q) as u32, 1, 1),
-            block: (THREADS, 1, 1),
-            smem_bytes: sparse_mla_smem_bytes(D_QK),
+        let rows = (head_tiles * s_q) as u32;
+        // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
+        // typed boundary; the kernels never read an index outside [0, s_kv).
+        let launched = match H_Q {
+            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, &params) },
+            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, &params) },
+            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, &params) },
+            _ => {
+                let shape = LaunchShape {
+                    grid: (rows, 1, 1),
+                    block: (THREADS, 1, 1),
+                    smem_bytes: sparse_mla_smem_bytes(D_QK),
+                };
+                unsafe { self.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) }
+            }
         };
-        // SAFETY: q, indices, outputs were tied to s_q and the kv rows to s_kv at the typed
-        // boundary; the kernel never reads an index outside [0, s_kv).
-        let launched = unsafe { self.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) };
         drop(args); // records the launch's reads and writes (when the context tracks events)
         launched
+    }
+}
+
+impl Cuda {
+    /// One launch of a narrow-tile kernel `K` over `ctas` CTAs (one per query row).
+    ///
+    /// # Safety
+    /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
+    unsafe fn launch_narrow<K: CudaKernel<Params = SparseMlaParams>>(
+        &self,
+        ctas: u32,
+        params: &SparseMlaParams,
+    ) -> Result<()> {
+        let shape = LaunchShape {
+            grid: (ctas, 1, 1),
+            block: (NARROW_THREADS, 1, 1),
+            smem_bytes: K::DYNAMIC_SMEM_BYTES,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch::<K>(shape, params) }
     }
 }

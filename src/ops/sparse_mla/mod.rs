@@ -3,7 +3,7 @@
 //! `lse`.
 //!
 //! [`SparseMlaPrefill`] carries the static facts: `D_QK` (512 or 576), the padded query heads
-//! `H_Q` (64-head tiles), the top-k width, the options (plain, with per-row top-k lengths, with
+//! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k width, the options (plain, with per-row top-k lengths, with
 //! lengths and an attention sink) and the real head count `HEADS` the library pads to `H_Q`.
 
 mod cpu;
@@ -127,8 +127,8 @@ pub struct SparseMlaPrefill<
 impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const HEADS: usize>
     SparseMlaPrefill<D_QK, H_Q, TOPK, O, HEADS>
 {
-    /// The kernel. Checked: `D_QK` is 512 or 576, `H_Q` a positive multiple of 64 that the
-    /// real `HEADS` pad to, `TOPK` a positive multiple of 128.
+    /// The kernel. Checked: `D_QK` is 512 or 576, `H_Q` a head tile (8, 16, 32 or a positive
+    /// multiple of 64) that the real `HEADS` pad to, `TOPK` a positive multiple of 128.
     pub fn new() -> Self
     where
         Dim<D_QK>: MlaHeadDim,

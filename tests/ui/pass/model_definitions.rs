@@ -82,10 +82,10 @@ assert_type_eq_all!(inkling_tp8::global::KvStore, Mxfp8Store<128>);
 assert_type_eq_all!(inkling_json_tp4::global::Prologue<Verify>, inkling_tp4::global::Prologue<Verify>);
 assert_type_eq_all!(inkling_json_tp4::sliding::Prologue<Decode>, inkling_tp4::sliding::Prologue<Decode>);
 
-// DeepSeek V3.2 TP8: 16 heads per rank, padded to one 64-head tile; d_qk 576, top-k 2048.
+// DeepSeek V3.2 TP8: 16 heads per rank, run as one 16-head tile (not padded); d_qk 576, top-k 2048.
 const _: () = {
     use deepseek_v32_tp8 as ds;
-    assert!(ds::HEADS == 128 && ds::HQ == 16 && ds::HQ_PADDED == 64);
+    assert!(ds::HEADS == 128 && ds::HQ == 16 && ds::HQ_PADDED == 16);
     assert!(ds::D_QK == 576 && ds::TOPK == 2048);
 };
 

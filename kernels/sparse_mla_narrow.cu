@@ -1,0 +1,735 @@
+// shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for narrow head tiles (8, 16 or 32
+// heads per CTA), sm_90a (wgmma). Same function as sparse_mla_prefill.cu (spec KERNELS.md §3.3,
+// same parameter block, same numerics); this variant serves a tensor-parallel rank that holds
+// fewer than 64 query heads without padding them to a 64-head tile.
+// Prepended by the library: common.cuh.
+//
+// ================================================================================================
+// Launch shape (the Rust side mirrors these formulas exactly)
+// ================================================================================================
+//
+//   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the
+//           library sends here). CTA b handles heads HEAD_TILE*(b % head_tiles) … +HEAD_TILE-1
+//           of query row b / head_tiles.
+//   block = 160 threads: warps 0-3 = one consumer warpgroup, warp 4 = the gather warp.
+//           8 and 16 heads: two CTAs per SM, a ring of two K slots each;
+//           32 heads: one CTA per SM (its O^T needs the registers), a ring of four K slots.
+//   dynamic shared memory = (HEAD_TILE + 64 * slots) * D_QK + 112 * HEAD_TILE + 24 * slots + 8
+//           bytes, slots = 2 (8, 16 heads) or 4 (32 heads):
+//           D_QK 576: 79288 (8 heads), 84792 (16), 169576 (32);
+//           D_QK 512: 70584 (8), 75576 (16), 151144 (32).
+//           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
+//
+// ================================================================================================
+// Design
+// ================================================================================================
+//
+// MLA heads share one latent KV row, so a narrow head tile saves tensor-core work but not the
+// gather: every query row still gathers topk rows of D_QK bytes. The kernel is built around the
+// gather and computes everything transposed, so that the 64 gathered tokens of a block are the
+// wgmma M dimension and the heads the (narrow) N dimension:
+//   S^T = K . Q^T      M = 64 tokens, N = HEAD_TILE heads, K = D_QK channels;
+//                      A = the K slot in shared memory, B = the Q tile; both K-major as stored.
+//   O^T += V^T . P^T   M = 512 value columns (8 M tiles of 64), N = HEAD_TILE, K = 64 tokens;
+//                      A = V^T from registers (ldmatrix.trans straight from the K slot),
+//                      B = P^T [HEAD_TILE heads][64 tokens] e4m3, written K-major by the softmax.
+// Both accumulators have the heads as columns, in the same register layout, so a thread's softmax
+// statistics (running max, rescale factor, row sum) are those of the O^T columns it holds.
+//
+// One CTA = one query row. The gather warp copies the 64 K rows of each block (16-byte cp.async,
+// zero-filled and never read for invalid entries) into a ring of K slots; the consumer
+// warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the wide kernel),
+// masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T to shared
+// memory, the rescale of O^T and the P.V product, then releases the slot. For 8 and 16 heads two
+// CTAs share an SM, so one CTA's softmax overlaps the other's tensor-core work; every SM has
+// four K slots in flight for every head tile.
+//
+// Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
+// element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
+//
+// Index permutations (free, no data movement), as in the wide kernel:
+// * Tokens inside a 32-token k-step of P.V: the e4m3 A fragment of thread (g, t0) holds k = 4*t0
+//   + 0..3 and 16 + 4*t0 + 0..3; logical position p = 16*v2 + 4*t0 + v holds token 16*v2 +
+//   8*(v>>1) + 2*t0 + (v&1), which is what ldmatrix.trans of 2-byte column pairs delivers. So the
+//   softmax writes the weight of token r (= S^T row) at P^T position pos(r) below.
+// * Value columns inside a 16-column chunk: A-fragment row g holds column 2g, row g+8 column
+//   2g+1; thread (g, t0) therefore owns output columns 2g, 2g+1 (one bf16x2 store per head).
+//
+// Shared-memory layouts (wgmma "no swizzle" canonical K-major: core matrix = 8 rows x 16 bytes,
+// 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
+// * Q tile [HEAD_TILE rows][D_QK] and each K slot [64 rows][D_QK]:
+//   byte (r/8)*(8*D_QK) + (c/16)*128 + (r%8)*16 + c%16; LBO = 128, SBO = 8*D_QK; a k-step
+//   (32 channels) advances the start address by 256 bytes.
+// * P^T [HEAD_TILE heads][64 positions]: (h/8)*512 + (p/16)*128 + (h%8)*16 + p%16; LBO = 128,
+//   SBO = 512; k-step ks at 256*ks.
+//
+// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[slots] (64 arrivals:
+// 32 cp.async-tracked + 32 plain, the plain ones publishing the block's validity mask) and
+// k_empty[slots] (128 consumer arrivals after the P.V that read the slot); named barrier 1 (the 128
+// consumer threads) for the column-max exchange and the P^T hand-off. Writers of shared memory
+// that wgmma reads execute fence.proxy.async before releasing it.
+//
+// Numerics (identical to sparse_mla_prefill.cu): s2 = dot * sm_scale*q_scale*kv_scale*log2(e);
+// S^T accumulated by the tensor cores over at most 96 channels per fresh accumulator and summed
+// in f32 registers; p = ex2.approx(s2 - m) with the running max starting at -inf (a head with no
+// valid token so far subtracts 0, so p = 0); P re-quantised to e4m3 (satfinite, round to nearest
+// even) for P.V; denominators use the f32 p.
+
+// Parameters of one launch. Mirrored field by field by `SparseMlaParams` in
+// src/ops/sparse_mla/cuda.rs (the same block as sparse_mla_prefill.cu): change all together.
+struct SparseMlaParams {
+    const u8* q;                   // [s_q, h_q, D_QK] e4m3; h_q real heads (not padded)
+    const u8* kv;                  // [s_kv, D_QK] e4m3; value = first 512 columns
+    const i32* indices;            // [s_q, topk] rows of kv; invalid: < 0, >= s_kv, or >= length
+    const i32* topk_length;        // [s_q] valid prefix per row (variants with length), else nullptr
+    const float* attn_sink;        // [h_q] sink logit per head (sink variant), else nullptr
+    const float* q_scale;          // [1] dequantization scale of q
+    const float* kv_scale;         // [1] dequantization scale of kv
+    bf16_t* out;                   // [s_q, h_q, 512]
+    float* max_logits;             // [s_q, h_q] natural-log units
+    float* lse;                    // [s_q, h_q] natural-log units
+    float sm_scale;                // softmax scale
+    i32 s_q;
+    i32 s_kv;
+    i32 h_q;                       // real query heads; the kernel zero-fills the tile's padding
+    i32 head_tiles;                // ceil(h_q / HEAD_TILE)
+    i32 topk;                      // multiple of 128
+};
+
+namespace sparse_mla_narrow {
+
+constexpr int kThreads = 160;          // warps 0-3: consumer warpgroup; warp 4: gather warp
+constexpr int kConsumerThreads = 128;
+constexpr int kTokensPerBlock = 64;    // wgmma M of S^T
+constexpr int kDV = 512;               // value width
+constexpr int kValueTiles = kDV / 64;  // M tiles of O^T
+// K ring depth and CTAs per SM by head tile: 8 and 16 heads run two CTAs per SM with two K slots
+// each; the 32-head O^T accumulator (128 registers a thread) needs more registers than two CTAs
+// leave, so 32 heads run one CTA per SM with a four-slot ring.
+template <int H>
+constexpr int kSlotsFor = H == 32 ? 4 : 2;
+template <int H>
+constexpr int kCtasPerSmFor = H == 32 ? 1 : 2;
+// S^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
+// accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
+constexpr int kQkChunkSteps = 3;
+constexpr int kBarConsumers = 1;       // named barrier: the 128 consumer threads
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory map for one (D_QK, HEAD_TILE) (byte offsets from the dynamic shared memory base).
+template <int D_QK, int H>
+struct Smem {
+    static constexpr int kChunks = D_QK / 16;                // 16-byte chunks per row
+    static constexpr int kRowGroupBytes = 8 * D_QK;          // SBO of Q / K tiles
+    static constexpr int kTileBytes = kTokensPerBlock * D_QK;
+    static constexpr int kPtBytes = H * kTokensPerBlock;     // one P^T buffer
+    static constexpr int kKSlots = kSlotsFor<H>;
+    static constexpr int kQ = 0;                             // Q tile  [H heads][D_QK]
+    static constexpr int kK = kQ + H * D_QK;                 // K slots [kKSlots][64 tokens][D_QK]
+    static constexpr int kPt = kK + kKSlots * kTileBytes;    // P^T     [H heads][64 positions]
+    static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
+    static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
+    static constexpr int kMask = kSum + 4 * H * 4;           // u64     [kKSlots] validity masks
+    static constexpr int kBars = kMask + kKSlots * 8;        // u64     mbarriers (1 + 2*kKSlots)
+    static constexpr int kBytes = kBars + (1 + 2 * kKSlots) * 8;
+    static_assert(kK % 128 == 0, "K slots must stay 128-byte aligned");
+    static_assert(kBytes == (H + 64 * kKSlots) * D_QK + 112 * H + 24 * kKSlots + 8,
+                  "launch-shape formula in the header");
+    static_assert(kCtasPerSmFor<H> * (kBytes + 1024) <= 233472,
+                  "the CTAs of one SM must fit in its shared memory");
+};
+
+// mbarrier indices inside the barrier area: q_full, k_full[kKSlots], k_empty[kKSlots].
+constexpr int kBarQFull = 0;
+constexpr int kBarKFull = 1;
+template <int H>
+constexpr int kBarKEmptyFor = 1 + kSlotsFor<H>;
+
+// ------------------------------------------------------------------------------------------------
+// PTX helpers
+// ------------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float pos_inf() {
+    return __int_as_float(0x7f800000);
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 r;
+    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Arrive once all cp.async operations issued so far by this thread have completed.
+__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// 16-byte global -> shared copy; src_bytes = 0 zero-fills the destination without reading.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 selector) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+}
+
+__device__ __forceinline__ void st_shared_u8(u32 addr, u32 v) {
+    asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor, no-swizzle canonical layout (offsets in bytes).
+__device__ __forceinline__ u64 make_smem_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait points.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        asm volatile("" : "+f"(r[i])::"memory");
+    }
+}
+
+// Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
+__device__ __forceinline__ void keep_alive(const u32 (&a)[2][4]) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        asm volatile("" ::"r"(a[k][0]), "r"(a[k][1]), "r"(a[k][2]), "r"(a[k][3]) : "memory");
+    }
+}
+
+// acc[64 x N f32] (+)= A[64x32 e4m3, smem] * B[N x 32 e4m3, smem]^T, N = 8, 16 or 32.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&acc)[N / 2], u64 desc_a, u64 desc_b,
+                                         u32 accumulate) {
+    if constexpr (N == 8) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    } else if constexpr (N == 16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
+              "+f"(acc[6]), "+f"(acc[7])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    } else {
+        static_assert(N == 32, "head tile must be 8, 16 or 32");
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+            " %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
+              "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]),
+              "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    }
+}
+
+// acc[64 x N f32] += A[64x32 e4m3, registers] * B[N x 32 e4m3, smem]^T, N = 8, 16 or 32.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&acc)[N / 2], const u32 (&a)[4], u64 desc_b) {
+    if constexpr (N == 8) {
+        asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1;\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    } else if constexpr (N == 16) {
+        asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1;\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
+              "+f"(acc[6]), "+f"(acc[7])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    } else {
+        static_assert(N == 32, "head tile must be 8, 16 or 32");
+        asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3\n"
+            "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+            " %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
+              "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]),
+              "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Gather warp: Q tile, then the K rows of every block.
+// ------------------------------------------------------------------------------------------------
+
+template <int D_QK, int H>
+struct Gather {
+    static constexpr int kKSlots = kSlotsFor<H>;
+    static constexpr int kChunks = D_QK / 16;
+    static constexpr int kRowGroupBytes = 8 * D_QK;
+    static constexpr int kTileBytes = kTokensPerBlock * D_QK;
+    u32 k_base;          // shared address of K slot 0
+    u32 bars;            // shared address of the mbarrier area
+    u64* mask64;         // [kKSlots] validity bits (bit r = token r of the block)
+    const u8* kv;        // [s_kv, D_QK]
+    const i32* idx_row;  // [topk] indices of this query row
+    i32 valid_len;       // L_i (clamped)
+    i32 s_kv;
+    int lane;
+
+    // Lane l copies 16-byte chunks 4q + l/8 of tokens 8*tg + l%8, tg = 0..7: eight lanes fill one
+    // 128-byte core matrix (conflict-free), four lanes read 64 contiguous bytes of a row.
+    // Index of this lane's token of group tg in block b, or -1 past the valid prefix.
+    __device__ __forceinline__ int load_index(int b, int tg) const {
+        const int j = b * kTokensPerBlock + 8 * tg + (lane & 7);
+        return j < valid_len ? __ldg(idx_row + j) : -1;
+    }
+
+    // Issue the gathers of block b into K slot b % kKSlots and arm k_full[slot].
+    __device__ __forceinline__ void issue_block(int b, const int (&idx)[8]) const {
+        const int slot = b % kKSlots;
+        const u32 dst_slot = k_base + slot * kTileBytes;
+        u64 valid_bits = 0;
+#pragma unroll
+        for (int tg = 0; tg < 8; ++tg) {
+            const bool valid = idx[tg] >= 0 && idx[tg] < s_kv;
+            const u8* src = kv + (valid ? (i64)idx[tg] * D_QK : (i64)0) + (lane >> 3) * 16;
+            const u32 src_bytes = valid ? 16u : 0u;
+            const u32 dst = dst_slot + tg * kRowGroupBytes + (lane & 7) * 16 + (lane >> 3) * 128;
+#pragma unroll
+            for (int q = 0; q < kChunks / 4; ++q) {
+                cp_async_16(dst + q * 512, src + q * 64, src_bytes);
+            }
+            valid_bits |= (u64)(__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * tg);
+        }
+        if (lane == 0) {
+            mask64[slot] = valid_bits;
+        }
+        const u32 full = bars + (kBarKFull + slot) * 8;
+        mbar_arrive_cp_async(full);
+        mbar_arrive(full);  // release of the mask store
+    }
+
+    __device__ __forceinline__ void run(int num_blocks) const {
+        int idx_cur[8];
+#pragma unroll
+        for (int tg = 0; tg < 8; ++tg) idx_cur[tg] = num_blocks > 0 ? load_index(0, tg) : -1;
+        for (int b = 0; b < num_blocks; ++b) {
+            // Indices of the next block load while this one waits for its slot.
+            int idx_next[8];
+#pragma unroll
+            for (int tg = 0; tg < 8; ++tg) {
+                idx_next[tg] = b + 1 < num_blocks ? load_index(b + 1, tg) : -1;
+            }
+            if (b >= kKSlots) {
+                // The consumers finished the block that used this slot.
+                mbar_wait(bars + (kBarKEmptyFor<H> + b % kKSlots) * 8,
+                          (u32)(b / kKSlots - 1) & 1u);
+            }
+            issue_block(b, idx_cur);
+#pragma unroll
+            for (int tg = 0; tg < 8; ++tg) idx_cur[tg] = idx_next[tg];
+        }
+    }
+};
+
+}  // namespace sparse_mla_narrow
+
+// ------------------------------------------------------------------------------------------------
+// Kernel
+// ------------------------------------------------------------------------------------------------
+
+template <int D_QK, int HEAD_TILE, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
+__global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
+                                  sparse_mla_narrow::kCtasPerSmFor<HEAD_TILE>)
+    sparse_mla_narrow_kernel(const SparseMlaParams p) {
+    using namespace sparse_mla_narrow;
+    constexpr int H = HEAD_TILE;
+    using L = Smem<D_QK, H>;
+    constexpr int kKSlots = L::kKSlots;
+    constexpr int kBarKEmpty = kBarKEmptyFor<H>;
+    static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
+    static_assert(H == 8 || H == 16 || H == 32, "HEAD_TILE must be 8, 16 or 32");
+    static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
+
+    extern __shared__ __align__(1024) u8 smem[];
+    const u32 smem_base = smem_addr(smem);
+    const u32 sq = smem_base + L::kQ;
+    const u32 sk = smem_base + L::kK;
+    const u32 spt = smem_base + L::kPt;
+    const u32 bars = smem_base + L::kBars;
+
+    const int tile = blockIdx.x % p.head_tiles;
+    const int row_i = blockIdx.x / p.head_tiles;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+
+    int valid_len = p.topk;
+    if (HAVE_TOPK_LENGTH) {
+        valid_len = min(max(__ldg(p.topk_length + row_i), 0), p.topk);
+    }
+    // Blocks that can hold a valid token.
+    const int num_blocks =
+        HAVE_TOPK_LENGTH ? (valid_len + kTokensPerBlock - 1) / kTokensPerBlock
+                         : p.topk / kTokensPerBlock;
+
+    if (threadIdx.x == 0) {
+        mbar_init(bars + kBarQFull * 8, 32);
+        for (int s = 0; s < kKSlots; ++s) {
+            mbar_init(bars + (kBarKFull + s) * 8, 64);
+            mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
+        }
+    }
+    __syncthreads();
+
+    if (warp == 4) {
+        // ---------------------------------------------------------------- gather warp
+        // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
+        // zero-filled, never read.
+        if (num_blocks > 0) {
+            const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
+            for (int e = lane; e < H * L::kChunks; e += 32) {
+                const int r = e / L::kChunks;
+                const int c = e % L::kChunks;
+                const int head = tile * H + r;
+                const bool valid = head < p.h_q;
+                const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
+                cp_async_16(sq + (r >> 3) * L::kRowGroupBytes + c * 128 + (r & 7) * 16, src,
+                            valid ? 16u : 0u);
+            }
+            mbar_arrive_cp_async(bars + kBarQFull * 8);
+        }
+        Gather<D_QK, H> gather;
+        gather.k_base = sk;
+        gather.bars = bars;
+        gather.mask64 = reinterpret_cast<u64*>(smem + L::kMask);
+        gather.kv = p.kv;
+        gather.idx_row = p.indices + (i64)row_i * p.topk;
+        gather.valid_len = valid_len;
+        gather.s_kv = p.s_kv;
+        gather.lane = lane;
+        gather.run(num_blocks);
+        return;
+    }
+
+    // -------------------------------------------------------------------- consumer warpgroup
+    constexpr int kAcc = H / 2;              // f32 registers of one m64nH accumulator
+    constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
+    constexpr int kQkSteps = D_QK / 32;
+    constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
+    // S^T chunk accumulators in flight at once: as many as the register budget allows
+    // (O^T holds 8 * kAcc registers).
+    constexpr int kQkBuffers = H == 8 ? kQkChunks : (H == 16 ? 3 : 2);
+
+    const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
+    const int t0 = lane & 3;    // accumulator column pair
+
+    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);  // [2][4 warps][H]
+    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);  // [4 warps][H]
+    const u64* mask64 = reinterpret_cast<const u64*>(smem + L::kMask);
+
+    const float q_scale = __ldg(p.q_scale);
+    const float kv_scale = __ldg(p.kv_scale);
+    const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
+    const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
+    const u64 pt_desc = make_smem_desc(spt, 128, 512);
+    // ldmatrix row address of this lane inside a 32-token k-step: matrix lane/8 covers tokens
+    // 8*(lane/8) … +7; this warp's 16-byte value-column chunk of an M tile is 4*mt + warp.
+    const u32 v_lane_off = (u32)(lane >> 3) * L::kRowGroupBytes + (u32)warp * 128 +
+                           (u32)(lane & 7) * 16;
+    // P^T byte of this thread's S^T row r = 16*warp + g + 8*hr, head column c:
+    //   (c/8)*512 + warp*128 + (c%8)*16 + 4*(g/2) + 2*hr + g%2.
+    const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + (g & 1));
+
+    float o[kValueTiles][kAcc];  // O^T: [M tile][accumulator]; row = value column, column = head
+#pragma unroll
+    for (int mt = 0; mt < kValueTiles; ++mt) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) o[mt][i] = 0.f;
+    }
+    // Statistics of this thread's columns: heads 8*j + 2*t0 + v, stored at [2*j + v].
+    float m_run[2 * kColGroups], l_run[2 * kColGroups];
+#pragma unroll
+    for (int c = 0; c < 2 * kColGroups; ++c) {
+        m_run[c] = -pos_inf();
+        l_run[c] = 0.f;
+    }
+
+    if (num_blocks > 0) {
+        mbar_wait(bars + kBarQFull * 8, 0);
+    }
+
+    for (int b = 0; b < num_blocks; ++b) {
+        const int slot = b % kKSlots;
+        const u32 k_slot = sk + slot * L::kTileBytes;
+        mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
+        fence_proxy_async();
+        const u64 mask = mask64[slot];
+        const u64 k_desc = make_smem_desc(k_slot, 128, L::kRowGroupBytes);
+
+        // ---- S^T = K . Q^T, chunks of kQkChunkSteps k-steps into fresh accumulators
+        float s[kAcc];
+        float part[kQkBuffers][kAcc];
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
+#pragma unroll
+        for (int c = 0; c < kQkChunks + kQkBuffers; ++c) {
+            if (c >= kQkBuffers) {
+                // Chunk c - kQkBuffers is complete once at most kQkBuffers-1 groups are pending.
+                if (c < kQkChunks) {
+                    wgmma_wait<kQkBuffers - 1>();
+                } else {
+                    wgmma_wait<0>();
+                }
+                float (&done)[kAcc] = part[(c - kQkBuffers) % kQkBuffers];
+                fence_regs(done);
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) s[i] += done[i];
+            }
+            if (c < kQkChunks) {
+                float (&acc)[kAcc] = part[c % kQkBuffers];
+                fence_regs(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = c * kQkChunkSteps; ks < (c + 1) * kQkChunkSteps && ks < kQkSteps;
+                     ++ks) {
+                    wgmma_ss<H>(acc, k_desc + (u64)(ks * 16), q_desc + (u64)(ks * 16),
+                                ks > c * kQkChunkSteps ? 1u : 0u);
+                }
+                wgmma_commit();
+            }
+        }
+
+        // ---- scale, mask (row r of S^T is token r of the block), column maxima of this warp
+        float cmax[2 * kColGroups];
+#pragma unroll
+        for (int j = 0; j < kColGroups; ++j) {
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                float mx = -pos_inf();
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int r = 16 * warp + g + 8 * hr;
+                    float x = s[4 * j + 2 * hr + v] * score_scale;
+                    x = ((mask >> r) & 1ull) ? x : -pos_inf();
+                    s[4 * j + 2 * hr + v] = x;
+                    mx = fmaxf(mx, x);
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+                cmax[2 * j + v] = mx;
+            }
+        }
+        float* max_b = max_xchg + (b & 1) * 4 * H;
+        if (g == 0) {
+#pragma unroll
+            for (int j = 0; j < kColGroups; ++j) {
+                *reinterpret_cast<float2*>(max_b + warp * H + 8 * j + 2 * t0) =
+                    make_float2(cmax[2 * j], cmax[2 * j + 1]);
+            }
+        }
+        named_barrier_sync(kBarConsumers, kConsumerThreads);
+
+        // ---- block maxima across the warps, running max, p = 2^(s - m), P^T -> shared memory
+        float alpha[2 * kColGroups], m_sub[2 * kColGroups];
+        bool rescale = false;
+#pragma unroll
+        for (int j = 0; j < kColGroups; ++j) {
+            float2 bm = *reinterpret_cast<const float2*>(max_b + 8 * j + 2 * t0);
+#pragma unroll
+            for (int w = 1; w < 4; ++w) {
+                const float2 x = *reinterpret_cast<const float2*>(max_b + w * H + 8 * j + 2 * t0);
+                bm.x = fmaxf(bm.x, x.x);
+                bm.y = fmaxf(bm.y, x.y);
+            }
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int c = 2 * j + v;
+                const float m_new = fmaxf(m_run[c], v == 0 ? bm.x : bm.y);
+                m_sub[c] = m_new == -pos_inf() ? 0.f : m_new;
+                alpha[c] = fast_exp2(m_run[c] - m_sub[c]);
+                rescale |= alpha[c] != 1.f;
+                m_run[c] = m_new;
+            }
+        }
+        // Rescale O^T now, so that alpha dies before the weights are formed. Its columns are
+        // this thread's heads: element i <-> statistic [2*(i/4) + i%2].
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int mt = 0; mt < kValueTiles; ++mt) {
+#pragma unroll
+                for (int i = 0; i < kAcc; ++i) o[mt][i] *= alpha[2 * (i >> 2) + (i & 1)];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < 2 * kColGroups; ++c) l_run[c] *= alpha[c];
+#pragma unroll
+        for (int j = 0; j < kColGroups; ++j) {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const float p0 = fast_exp2(s[4 * j + 2 * hr] - m_sub[2 * j]);
+                const float p1 = fast_exp2(s[4 * j + 2 * hr + 1] - m_sub[2 * j + 1]);
+                l_run[2 * j] += p0;
+                l_run[2 * j + 1] += p1;
+                const u32 pk = pack_e4m3x2(p0, p1);
+                const u32 addr = pt_lane + (u32)(j * 512 + (2 * t0) * 16 + 2 * hr);
+                st_shared_u8(addr, pk & 0xffu);
+                st_shared_u8(addr + 16, pk >> 8);
+            }
+        }
+        fence_proxy_async();  // P^T is read by wgmma (async proxy)
+        named_barrier_sync(kBarConsumers, kConsumerThreads);
+
+        // ---- O^T += V^T . P^T over the 64 tokens of the block
+        u32 frag[2][2][4];  // [buffer][k-step][register]
+#pragma unroll
+        for (int mt = 0; mt < kValueTiles; ++mt) {
+            u32 (&fr)[2][4] = frag[mt & 1];
+            if (mt >= 2) {
+                wgmma_wait<1>();  // the M tile that used this fragment buffer is done
+                keep_alive(fr);   // ... so only now may its registers be reused
+            }
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                u32 r0, r1, r2, r3;
+                ldmatrix_x4_trans(k_slot + (u32)ks * 4 * L::kRowGroupBytes + v_lane_off +
+                                      (u32)mt * 4 * 128,
+                                  r0, r1, r2, r3);
+                fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
+                fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
+                fr[ks][2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens 16-31
+                fr[ks][3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens 16-31
+            }
+            fence_regs(o[mt]);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                wgmma_rs<H>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
+            }
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < kValueTiles; ++mt) fence_regs(o[mt]);
+        keep_alive(frag[0]);
+        keep_alive(frag[1]);
+        mbar_arrive(bars + (kBarKEmpty + slot) * 8);
+    }
+
+    // ---------------------------------------------------------------- epilogue
+    // Column sums: this thread's two rows, then the 8 lanes of a column, then the 4 warps.
+#pragma unroll
+    for (int c = 0; c < 2 * kColGroups; ++c) {
+        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 4);
+        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 8);
+        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 16);
+    }
+    if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < kColGroups; ++j) {
+            *reinterpret_cast<float2*>(sum_xchg + warp * H + 8 * j + 2 * t0) =
+                make_float2(l_run[2 * j], l_run[2 * j + 1]);
+        }
+    }
+    named_barrier_sync(kBarConsumers, kConsumerThreads);
+    float out_scale[2 * kColGroups];
+#pragma unroll
+    for (int j = 0; j < kColGroups; ++j) {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int c = 2 * j + v;
+            const int col = 8 * j + 2 * t0 + v;
+            const int head = tile * H + col;
+            float l_total = 0.f;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * H + col];
+            const bool empty = m_run[c] == -pos_inf();
+            float denom = l_total;
+            if (HAVE_SINK && head < p.h_q) {
+                denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[c]));
+            }
+            out_scale[c] = empty ? 0.f : kv_scale / denom;
+            if (warp == 0 && g == 0 && head < p.h_q) {
+                const i64 out_row = (i64)row_i * p.h_q + head;
+                p.max_logits[out_row] = empty ? -pos_inf() : m_run[c] * kLn2;
+                p.lse[out_row] = empty ? pos_inf() : (m_run[c] + log2f(l_total)) * kLn2;
+            }
+        }
+    }
+    // Thread owns value columns d = 64*mt + 16*warp + 2g (+1) of heads 8j + 2*t0 + v.
+    const int d0 = 16 * warp + 2 * g;
+#pragma unroll
+    for (int j = 0; j < kColGroups; ++j) {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int head = tile * H + 8 * j + 2 * t0 + v;
+            if (head >= p.h_q) continue;
+            const float sc = out_scale[2 * j + v];
+            bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
+#pragma unroll
+            for (int mt = 0; mt < kValueTiles; ++mt) {
+                *reinterpret_cast<u32*>(out + 64 * mt) =
+                    pack_bf16x2(o[mt][4 * j + v] * sc, o[mt][4 * j + 2 + v] * sc);
+            }
+        }
+    }
+}
