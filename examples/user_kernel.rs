@@ -49,7 +49,8 @@ fn main() -> shapeproof::Result<()> {
         println!("no CUDA driver on this machine: CPU path only");
         return Ok(());
     }
-    let gpu = match Cuda::new(0) {
+    // SAFETY: a single-stream program: every buffer lives and is used on the backend's stream.
+    let gpu = match unsafe { Cuda::new_untracked(0) } {
         Ok(gpu) => gpu,
         Err(e) => {
             println!("no usable GPU ({e}): CPU path only");

@@ -17,10 +17,8 @@ pub fn gpu() -> Cuda {
         shapeproof::backend::cuda::driver_present(),
         "benchmarks need a CUDA device: no driver"
     );
-    let ctx = cudarc::driver::CudaContext::new(0).expect("benchmarks need a CUDA device");
     // SAFETY: every buffer of the benchmarks is made after this and used on one stream only.
-    unsafe { ctx.disable_event_tracking() };
-    Cuda::from_stream(ctx.new_stream().expect("stream"))
+    unsafe { Cuda::new_untracked(0) }
         .unwrap_or_else(|e| panic!("benchmarks need a CUDA device: {e}"))
 }
 

@@ -58,6 +58,26 @@ impl Cuda {
         Self::with_stream(ctx.new_stream()?, arch)
     }
 
+    /// Opens GPU `ordinal` like [`Cuda::new`], after switching cudarc's event tracking off for
+    /// its primary context: the configuration of a single-stream program, whose launches then
+    /// record no events (with tracking on, each buffer of a launch costs an event wait and an
+    /// event record).
+    ///
+    /// # Safety
+    /// cudarc's `disable_event_tracking` contract, for the whole process (the primary context is
+    /// shared): every buffer of the context created from now on is used on one stream, or its
+    /// cross-stream uses (and its release) are ordered by the caller.
+    pub unsafe fn new_untracked(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::NoDriver);
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { ctx.disable_event_tracking() };
+        let arch = Self::arch_of(&ctx)?;
+        Self::with_stream(ctx.new_stream()?, arch)
+    }
+
     /// A backend that queues every launch on the caller's `stream` (and so in its context):
     /// what the caller queued before a launch is visible to the kernel, what it queues after
     /// sees the kernel's writes, and a graph captured from the stream contains the launches.
