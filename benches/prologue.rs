@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dtype::bf16;
 use shapeproof::ops::prologue::*;
+use shapeproof::tensor::Owned;
 use shapeproof::tensor::Tensor;
 
 const DQ: usize = 1024;
@@ -57,8 +58,8 @@ struct Batch<S: Store> {
     batch: VerifyBatch<Cuda, Row>,
     windows: VerifyWindows<Cuda, DKV, Conv>,
     conv: ConvState<Cuda, DKV, Conv>,
-    out: S::Outputs<Cuda, DQ, DKV>,
-    kv: S::Cache<Cuda, DKV>,
+    out: S::Outputs<Cuda, DQ, DKV, Owned>,
+    kv: S::Cache<Cuda, DKV, Owned>,
 }
 
 fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> {

@@ -10,6 +10,7 @@ mod common;
 use common::prologue::{Dispatch, Observed, Scenario, Shape, TestCache, TestStore, run};
 use shapeproof::backend::{Cpu, Cuda};
 use shapeproof::ops::prologue::*;
+use shapeproof::tensor::Owned;
 
 fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
@@ -139,8 +140,8 @@ fn check<S, const HD: usize, const DQ: usize, const DKV: usize, L>(
 ) where
     S: TestStore,
     L: QkvrLayout<DQ, DKV>,
-    S::Cache<Cuda, DKV>: KvCacheTarget<Cuda> + TestCache<Cuda>,
-    S::Cache<Cpu, DKV>: KvCacheTarget<Cpu> + TestCache<Cpu>,
+    S::Cache<Cuda, DKV, Owned>: KvCacheTarget<Cuda> + TestCache<Cuda>,
+    S::Cache<Cpu, DKV, Owned>: KvCacheTarget<Cpu> + TestCache<Cpu>,
     Prologue<Verify, S, HD, DQ, DKV, L, InklingConv>:
         PrologueKernel + Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
     Prologue<Extend, S, HD, DQ, DKV, L, InklingConv>:

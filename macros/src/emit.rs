@@ -91,15 +91,16 @@ fn prologue_kind(k: &PrologueKind, tp: u64) -> TokenStream {
     };
     let store_doc = store_doc(k.store);
     let cache = match k.store {
-        StoreChoice::Mxfp8 => Some(quote!(::shapeproof::layout::Mxfp8KvCache<B, #page, #dkv>)),
-        StoreChoice::Bf16 => Some(quote!(::shapeproof::layout::PagedBf16Kv<B, #page, #dkv>)),
-        StoreChoice::Auto => Some(quote!(<KvStore as #pro::Store>::Cache<B, #dkv>)),
+        StoreChoice::Mxfp8 => Some(quote!(::shapeproof::layout::Mxfp8KvCache<B, #page, #dkv, S>)),
+        StoreChoice::Bf16 => Some(quote!(::shapeproof::layout::PagedBf16Kv<B, #page, #dkv, S>)),
+        StoreChoice::Auto => Some(quote!(<KvStore as #pro::Store>::Cache<B, #dkv, S>)),
         StoreChoice::None => None,
     }
     .map(|cache| {
         quote! {
-            /// The paged KV cache of one layer of this kind, on backend `B`.
-            pub type KvCache<B> = #cache;
+            /// The paged KV cache of one layer of this kind, on backend `B`, owned or (with
+            /// `S = ViewMut<'a>`) a view of the layer's part of an engine's pool.
+            pub type KvCache<B, S = ::shapeproof::tensor::Owned> = #cache;
         }
     });
 

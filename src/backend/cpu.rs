@@ -36,6 +36,13 @@ fn reserve<T>(len: usize) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// `len` copies of `value`, or [`Error::Alloc`].
+pub(crate) fn try_filled<T: Clone>(len: usize, value: T) -> Result<Vec<T>> {
+    let mut v = reserve::<T>(len)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
 impl Backend for Cpu {
     type Buffer<T: Element> = Vec<T>;
     type Slice<'a, T: Element> = &'a [T];
@@ -63,6 +70,18 @@ impl Backend for Cpu {
         Ok(buf.clone())
     }
 
+    fn download_slice<T: Element>(&self, slice: &&[T]) -> Result<Vec<T>> {
+        let mut v = reserve::<T>(slice.len())?;
+        v.extend_from_slice(slice);
+        Ok(v)
+    }
+
+    fn write_slice<T: Element>(&self, slice: &mut &mut [T], host: &[T]) -> Result<()> {
+        Error::check_extent("host data", "elements", slice.len(), host.len())?;
+        slice.copy_from_slice(host);
+        Ok(())
+    }
+
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
@@ -76,6 +95,19 @@ impl Backend for Cpu {
     }
     fn slice_mut<T: Element>(buf: &mut Vec<T>) -> &mut [T] {
         buf
+    }
+    fn slice_range<T: Element>(buf: &Vec<T>, range: std::ops::Range<usize>) -> Option<&[T]> {
+        buf.get(range)
+    }
+    fn slice_range_mut<T: Element>(
+        buf: &mut Vec<T>,
+        range: std::ops::Range<usize>,
+    ) -> Option<&mut [T]> {
+        buf.get_mut(range)
+    }
+    fn chunks_exact_mut<T: Element>(buf: &mut Vec<T>, chunk: usize) -> Option<Vec<&mut [T]>> {
+        (chunk > 0 && buf.len().is_multiple_of(chunk))
+            .then(|| buf.chunks_exact_mut(chunk).collect())
     }
     fn reborrow<'b, T: Element>(slice: &'b &[T]) -> &'b [T] {
         slice

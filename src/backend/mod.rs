@@ -66,6 +66,10 @@ pub trait Backend {
     fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, host: &[T]) -> Result<()>;
     /// A host copy of `buf` (waits for the work queued before it).
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    /// A host copy of a borrowed slice (waits for the work queued before it).
+    fn download_slice<T: Element>(&self, slice: &Self::Slice<'_, T>) -> Result<Vec<T>>;
+    /// Overwrites a mutably borrowed slice with `host` (same length).
+    fn write_slice<T: Element>(&self, slice: &mut Self::SliceMut<'_, T>, host: &[T]) -> Result<()>;
     /// Waits until all queued work is done.
     fn synchronize(&self) -> Result<()>;
     /// A short description for logs (`"cpu"`, `"NVIDIA H200 (sm_90a)"`).
@@ -74,6 +78,25 @@ pub trait Backend {
     fn slice<T: Element>(buf: &Self::Buffer<T>) -> Self::Slice<'_, T>;
     /// The whole of `buf`, borrowed mutably.
     fn slice_mut<T: Element>(buf: &mut Self::Buffer<T>) -> Self::SliceMut<'_, T>;
+    /// Elements `range` of `buf`, borrowed (e.g. the rows of a GEMM output that a kernel reads);
+    /// `None` when the range is not inside the buffer.
+    fn slice_range<T: Element>(
+        buf: &Self::Buffer<T>,
+        range: std::ops::Range<usize>,
+    ) -> Option<Self::Slice<'_, T>>;
+    /// Elements `range` of `buf`, borrowed mutably (e.g. the first `T` rows of an output buffer
+    /// sized for the largest batch); `None` when the range is not inside the buffer.
+    fn slice_range_mut<T: Element>(
+        buf: &mut Self::Buffer<T>,
+        range: std::ops::Range<usize>,
+    ) -> Option<Self::SliceMut<'_, T>>;
+    /// `buf` split into consecutive disjoint mutable chunks of `chunk` elements, each borrowed
+    /// for as long as `buf` (e.g. one KV pool carved into per-layer views); `None` when `chunk`
+    /// is zero or does not divide the length.
+    fn chunks_exact_mut<T: Element>(
+        buf: &mut Self::Buffer<T>,
+        chunk: usize,
+    ) -> Option<Vec<Self::SliceMut<'_, T>>>;
     /// A shorter-lived shared borrow of a slice.
     fn reborrow<'b, T: Element>(slice: &'b Self::Slice<'_, T>) -> Self::Slice<'b, T>;
     /// A shorter-lived mutable borrow of a mutable slice.

@@ -5,6 +5,7 @@
 pub mod boundary;
 pub mod prologue;
 pub mod sparse_mla;
+pub mod views;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -9,6 +9,7 @@ use shapeproof::dtype::{E8M0, F8E4M3, bf16};
 use shapeproof::layout::{Mxfp8KvCache, PagedBf16Kv};
 use shapeproof::ops::prologue::*;
 use shapeproof::rules::{Mxfp8PageSize, Mxfp8Width, PageSize};
+use shapeproof::tensor::Owned;
 use shapeproof::tensor::Tensor;
 
 use super::{bf16_normal, distinct, random_bytes};
@@ -198,10 +199,10 @@ pub trait TestStore: Store {
     fn outputs<B: Backend, const DQ: usize, const DKV: usize>(
         b: &B,
         tokens: usize,
-    ) -> Self::Outputs<B, DQ, DKV>;
+    ) -> Self::Outputs<B, DQ, DKV, Owned>;
     fn observe<B: Backend, const DQ: usize, const DKV: usize>(
         b: &B,
-        out: &Self::Outputs<B, DQ, DKV>,
+        out: &Self::Outputs<B, DQ, DKV, Owned>,
         seen: &mut Observed,
     );
 }
@@ -437,14 +438,14 @@ where
     V: Variant,
     S: TestStore,
     L: QkvrLayout<DQ, DKV>,
-    S::Cache<B, DKV>: KvCacheTarget<B> + TestCache<B>,
+    S::Cache<B, DKV, Owned>: KvCacheTarget<B> + TestCache<B>,
     Prologue<V, S, HD, DQ, DKV, L, InklingConv>: PrologueKernel + Dispatch<B, S, HD, DQ, DKV, L>,
 {
     assert_eq!((sc.dq, sc.dkv, sc.hd, sc.row), (DQ, DKV, HD, L::ROW));
     let weights = weights::<B, HD, DKV>(b, sc);
     let mut conv = conv::<B, DKV>(b, sc);
     let mut out = S::outputs::<B, DQ, DKV>(b, sc.tokens);
-    let mut cache = <S::Cache<B, DKV> as TestCache<B>>::make(b, sc);
+    let mut cache = <S::Cache<B, DKV, Owned> as TestCache<B>>::make(b, sc);
     let mut errors = ErrorCounter::new(b).unwrap();
     let mut seen = Observed::default();
     kernel.dispatch(
@@ -474,8 +475,8 @@ pub trait Dispatch<B: Backend, S: Store, const HD: usize, const DQ: usize, const
         sc: &Scenario,
         weights: &PrologueWeights<B, HD, DKV, InklingConv>,
         conv: &mut ConvState<B, DKV, InklingConv>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        cache: &mut S::Cache<B, DKV>,
+        out: &mut S::Outputs<B, DQ, DKV, Owned>,
+        cache: &mut S::Cache<B, DKV, Owned>,
         errors: &mut ErrorCounter<B>,
         seen: &mut Observed,
     );
@@ -495,7 +496,7 @@ where
     B: RunPrologue,
     S: Store,
     L: QkvrLayout<DQ, DKV>,
-    S::Cache<B, DKV>: KvCacheTarget<B>,
+    S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
     fn dispatch(
@@ -504,8 +505,8 @@ where
         sc: &Scenario,
         weights: &PrologueWeights<B, HD, DKV, InklingConv>,
         conv: &mut ConvState<B, DKV, InklingConv>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        cache: &mut S::Cache<B, DKV>,
+        out: &mut S::Outputs<B, DQ, DKV, Owned>,
+        cache: &mut S::Cache<B, DKV, Owned>,
         errors: &mut ErrorCounter<B>,
         seen: &mut Observed,
     ) {
@@ -551,7 +552,7 @@ where
     B: RunPrologue,
     S: Store,
     L: QkvrLayout<DQ, DKV>,
-    S::Cache<B, DKV>: KvCacheTarget<B>,
+    S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
     fn dispatch(
@@ -560,8 +561,8 @@ where
         sc: &Scenario,
         weights: &PrologueWeights<B, HD, DKV, InklingConv>,
         conv: &mut ConvState<B, DKV, InklingConv>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        cache: &mut S::Cache<B, DKV>,
+        out: &mut S::Outputs<B, DQ, DKV, Owned>,
+        cache: &mut S::Cache<B, DKV, Owned>,
         errors: &mut ErrorCounter<B>,
         _: &mut Observed,
     ) {
@@ -600,7 +601,7 @@ where
     B: RunPrologue,
     S: Store,
     L: QkvrLayout<DQ, DKV>,
-    S::Cache<B, DKV>: KvCacheTarget<B>,
+    S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
     Self: PrologueKernel,
 {
     fn dispatch(
@@ -609,8 +610,8 @@ where
         sc: &Scenario,
         weights: &PrologueWeights<B, HD, DKV, InklingConv>,
         conv: &mut ConvState<B, DKV, InklingConv>,
-        out: &mut S::Outputs<B, DQ, DKV>,
-        cache: &mut S::Cache<B, DKV>,
+        out: &mut S::Outputs<B, DQ, DKV, Owned>,
+        cache: &mut S::Cache<B, DKV, Owned>,
         errors: &mut ErrorCounter<B>,
         _: &mut Observed,
     ) {

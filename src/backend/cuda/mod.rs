@@ -184,6 +184,15 @@ impl Backend for Cuda {
         Ok(self.stream.clone_dtoh(buf)?)
     }
 
+    fn download_slice<T: Element>(&self, slice: &CudaView<'_, T>) -> Result<Vec<T>> {
+        Ok(self.stream.clone_dtoh(slice)?)
+    }
+
+    fn write_slice<T: Element>(&self, slice: &mut CudaViewMut<'_, T>, host: &[T]) -> Result<()> {
+        Error::check_extent("host data", "elements", slice.len(), host.len())?;
+        Ok(self.stream.memcpy_htod(host, slice)?)
+    }
+
     fn synchronize(&self) -> Result<()> {
         Ok(self.stream.synchronize()?)
     }
@@ -197,6 +206,25 @@ impl Backend for Cuda {
     }
     fn slice_mut<T: Element>(buf: &mut CudaSlice<T>) -> CudaViewMut<'_, T> {
         buf.as_view_mut()
+    }
+    fn slice_range<T: Element>(
+        buf: &CudaSlice<T>,
+        range: std::ops::Range<usize>,
+    ) -> Option<CudaView<'_, T>> {
+        (range.start <= range.end && range.end <= buf.len()).then(|| buf.slice(range))
+    }
+    fn slice_range_mut<T: Element>(
+        buf: &mut CudaSlice<T>,
+        range: std::ops::Range<usize>,
+    ) -> Option<CudaViewMut<'_, T>> {
+        (range.start <= range.end && range.end <= buf.len()).then(|| buf.slice_mut(range))
+    }
+    fn chunks_exact_mut<T: Element>(
+        buf: &mut CudaSlice<T>,
+        chunk: usize,
+    ) -> Option<Vec<CudaViewMut<'_, T>>> {
+        (chunk > 0 && buf.len().is_multiple_of(chunk))
+            .then(|| buf.as_view_mut().chunks_exact_mut(chunk).collect())
     }
     fn reborrow<'b, T: Element>(slice: &'b CudaView<'_, T>) -> CudaView<'b, T> {
         slice.slice(..)

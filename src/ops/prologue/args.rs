@@ -13,18 +13,20 @@ use super::{ConvSpec, QkvrRow, RowLayout};
 use crate::backend::Backend;
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
-use crate::tensor::{BlockScales, Cols, FixedExtent, RowShape, Scalar, Tensor};
+use crate::tensor::{
+    BlockScales, Cols, FixedExtent, Owned, RowShape, Scalar, Storage, StorageMut, Tensor,
+};
 
 /// Read accessors (`name()` → `&Tensor`) and in-place write access (`name_mut()` →
 /// [`FixedExtent`]) for private tensor fields.
 macro_rules! tensor_accessors {
     ($($(#[$doc:meta])* $name:ident / $name_mut:ident: $t:ty, $r:ty;)*) => {$(
         $(#[$doc])*
-        pub fn $name(&self) -> &Tensor<B, $t, $r> {
+        pub fn $name(&self) -> &Tensor<B, $t, $r, S> {
             &self.$name
         }
         #[doc = concat!("`", stringify!($name), "`, writable in place (contents only; the extent stays).")]
-        pub fn $name_mut(&mut self) -> FixedExtent<'_, B, $t, $r> {
+        pub fn $name_mut(&mut self) -> FixedExtent<'_, B, $t, $r, S> {
             FixedExtent::new(&mut self.$name)
         }
     )*};
@@ -37,7 +39,7 @@ impl<const DKV: usize, C: ConvSpec> RowShape for ConvHistory<DKV, C> {
 }
 
 /// A conv-state (or conv-window) tensor, `[rows, W-1, DKV]` bf16.
-pub type ConvHistoryTensor<B, const DKV: usize, C> = Tensor<B, bf16, ConvHistory<DKV, C>>;
+pub type ConvHistoryTensor<B, const DKV: usize, C, S> = Tensor<B, bf16, ConvHistory<DKV, C>, S>;
 
 /// The depthwise conv taps of one channel, `[W]` (column `W-1` multiplies the current token).
 pub struct ConvTaps<C>(PhantomData<C>);
@@ -52,11 +54,12 @@ impl<C: ConvSpec> RowShape for TrackRows<C> {
 }
 
 /// A layer's static parameters: the RMSNorm weights, the conv taps and epsilon.
-pub struct PrologueWeights<B: Backend, const HD: usize, const DKV: usize, C> {
-    q_gamma: Tensor<B, bf16, Cols<HD>>,     // [1, HD]
-    k_gamma: Tensor<B, bf16, Cols<HD>>,     // [1, HD]
-    k_weight: Tensor<B, bf16, ConvTaps<C>>, // [DKV, W]
-    v_weight: Tensor<B, bf16, ConvTaps<C>>, // [DKV, W]
+pub struct PrologueWeights<B: Backend, const HD: usize, const DKV: usize, C, S: Storage<B> = Owned>
+{
+    q_gamma: Tensor<B, bf16, Cols<HD>, S>,     // [1, HD]
+    k_gamma: Tensor<B, bf16, Cols<HD>, S>,     // [1, HD]
+    k_weight: Tensor<B, bf16, ConvTaps<C>, S>, // [DKV, W]
+    v_weight: Tensor<B, bf16, ConvTaps<C>, S>, // [DKV, W]
     eps: f32,
 }
 
@@ -78,13 +81,17 @@ impl<B: Backend, const HD: usize, const DKV: usize, C: ConvSpec> PrologueWeights
             eps,
         })
     }
+}
 
+impl<B: Backend, const HD: usize, const DKV: usize, C: ConvSpec, S: Storage<B>>
+    PrologueWeights<B, HD, DKV, C, S>
+{
     /// The weights over tensors already on the backend: gammas of one row, taps of `DKV` rows.
     pub fn from_tensors(
-        q_gamma: Tensor<B, bf16, Cols<HD>>,
-        k_gamma: Tensor<B, bf16, Cols<HD>>,
-        k_weight: Tensor<B, bf16, ConvTaps<C>>,
-        v_weight: Tensor<B, bf16, ConvTaps<C>>,
+        q_gamma: Tensor<B, bf16, Cols<HD>, S>,
+        k_gamma: Tensor<B, bf16, Cols<HD>, S>,
+        k_weight: Tensor<B, bf16, ConvTaps<C>, S>,
+        v_weight: Tensor<B, bf16, ConvTaps<C>, S>,
         eps: f32,
     ) -> Result<Self> {
         q_gamma.expect_rows("q_gamma", "rows", 1)?;
@@ -118,27 +125,29 @@ impl<B: Backend, const HD: usize, const DKV: usize, C: ConvSpec> PrologueWeights
 }
 
 /// The conv-state caches of k and v, `[slots, W-1, DKV]` each.
-pub struct ConvState<B: Backend, const DKV: usize, C> {
-    k: Tensor<B, bf16, ConvHistory<DKV, C>>, // [slots, W-1, DKV]
-    v: Tensor<B, bf16, ConvHistory<DKV, C>>, // [slots, W-1, DKV]
+pub struct ConvState<B: Backend, const DKV: usize, C, S: Storage<B> = Owned> {
+    k: Tensor<B, bf16, ConvHistory<DKV, C>, S>, // [slots, W-1, DKV]
+    v: Tensor<B, bf16, ConvHistory<DKV, C>, S>, // [slots, W-1, DKV]
 }
 
 impl<B: Backend, const DKV: usize, C: ConvSpec> ConvState<B, DKV, C> {
-    /// The two caches; they must have the same number of slots.
-    pub fn new(
-        k: Tensor<B, bf16, ConvHistory<DKV, C>>,
-        v: Tensor<B, bf16, ConvHistory<DKV, C>>,
-    ) -> Result<Self> {
-        v.expect_rows("v_cache", "conv slots", k.rows())?;
-        Ok(Self { k, v })
-    }
-
     /// Zeroed caches of `slots` slots.
     pub fn zeros(backend: &B, slots: usize) -> Result<Self> {
         Ok(Self {
             k: Tensor::zeros(backend, slots)?,
             v: Tensor::zeros(backend, slots)?,
         })
+    }
+}
+
+impl<B: Backend, const DKV: usize, C: ConvSpec, S: Storage<B>> ConvState<B, DKV, C, S> {
+    /// The two caches; they must have the same number of slots.
+    pub fn new(
+        k: Tensor<B, bf16, ConvHistory<DKV, C>, S>,
+        v: Tensor<B, bf16, ConvHistory<DKV, C>, S>,
+    ) -> Result<Self> {
+        v.expect_rows("v_cache", "conv slots", k.rows())?;
+        Ok(Self { k, v })
     }
 
     /// Number of conv-state slots.
@@ -153,13 +162,20 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> ConvState<B, DKV, C> {
         v / v_mut: bf16, ConvHistory<DKV, C>;
     }
 
+    /// The two caches back, `(k, v)`.
+    pub fn into_parts(
+        self,
+    ) -> (
+        ConvHistoryTensor<B, DKV, C, S>,
+        ConvHistoryTensor<B, DKV, C, S>,
+    ) {
+        (self.k, self.v)
+    }
+}
+
+impl<B: Backend, const DKV: usize, C: ConvSpec, S: StorageMut<B>> ConvState<B, DKV, C, S> {
     pub(crate) fn slices_mut(&mut self) -> (B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
         (self.k.as_slice_mut(), self.v.as_slice_mut())
-    }
-
-    /// The two caches back, `(k, v)`.
-    pub fn into_parts(self) -> (ConvHistoryTensor<B, DKV, C>, ConvHistoryTensor<B, DKV, C>) {
-        (self.k, self.v)
     }
 }
 
@@ -198,20 +214,20 @@ impl<B: Backend> ErrorCounter<B> {
 }
 
 /// Outputs with a bf16 q: `q [T, DQ]`, `k [T, DKV]`, `v [T, DKV]`, tied to one token count.
-pub struct Bf16Outputs<B: Backend, const DQ: usize, const DKV: usize> {
-    q: Tensor<B, bf16, Cols<DQ>>,  // [T, DQ]
-    k: Tensor<B, bf16, Cols<DKV>>, // [T, DKV]
-    v: Tensor<B, bf16, Cols<DKV>>, // [T, DKV]
+pub struct Bf16Outputs<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B> = Owned> {
+    q: Tensor<B, bf16, Cols<DQ>, S>,  // [T, DQ]
+    k: Tensor<B, bf16, Cols<DKV>, S>, // [T, DKV]
+    v: Tensor<B, bf16, Cols<DKV>, S>, // [T, DKV]
 }
 
 /// The tensors of a [`Bf16Outputs`], given back by [`Bf16Outputs::into_parts`].
-pub struct Bf16OutputParts<B: Backend, const DQ: usize, const DKV: usize> {
+pub struct Bf16OutputParts<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B> = Owned> {
     /// Normalized (and tau-scaled) q, `[T, DQ]`.
-    pub q: Tensor<B, bf16, Cols<DQ>>,
+    pub q: Tensor<B, bf16, Cols<DQ>, S>,
     /// Conv + RMSNorm k, `[T, DKV]`.
-    pub k: Tensor<B, bf16, Cols<DKV>>,
+    pub k: Tensor<B, bf16, Cols<DKV>, S>,
     /// Conv v, `[T, DKV]`.
-    pub v: Tensor<B, bf16, Cols<DKV>>,
+    pub v: Tensor<B, bf16, Cols<DKV>, S>,
 }
 
 impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
@@ -223,12 +239,14 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
             v: Tensor::zeros(backend, tokens)?,
         })
     }
+}
 
+impl<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B>> Bf16Outputs<B, DQ, DKV, S> {
     /// Outputs over the caller's tensors; all three must have the same number of tokens.
     pub fn new(
-        q: Tensor<B, bf16, Cols<DQ>>,
-        k: Tensor<B, bf16, Cols<DKV>>,
-        v: Tensor<B, bf16, Cols<DKV>>,
+        q: Tensor<B, bf16, Cols<DQ>, S>,
+        k: Tensor<B, bf16, Cols<DKV>, S>,
+        v: Tensor<B, bf16, Cols<DKV>, S>,
     ) -> Result<Self> {
         k.expect_rows("k_out", "tokens (as q_out)", q.rows())?;
         v.expect_rows("v_out", "tokens (as q_out)", q.rows())?;
@@ -249,6 +267,17 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
         v / v_mut: bf16, Cols<DKV>;
     }
 
+    /// The tensors back.
+    pub fn into_parts(self) -> Bf16OutputParts<B, DQ, DKV, S> {
+        Bf16OutputParts {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+        }
+    }
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Bf16Outputs<B, DQ, DKV, S> {
     #[allow(clippy::type_complexity)]
     pub(crate) fn slices_mut(
         &mut self,
@@ -263,36 +292,27 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Bf16Outputs<B, DQ, DKV> {
             self.v.as_slice_mut(),
         )
     }
-
-    /// The tensors back.
-    pub fn into_parts(self) -> Bf16OutputParts<B, DQ, DKV> {
-        Bf16OutputParts {
-            q: self.q,
-            k: self.k,
-            v: self.v,
-        }
-    }
 }
 
 /// Outputs with an MXFP8 q: `q [T, DQ]` e4m3, `q_scales [T, HQ, 4]`, `k`, `v` bf16, tied to one
 /// token count.
-pub struct Mxfp8Outputs<B: Backend, const DQ: usize, const DKV: usize> {
-    q: Tensor<B, F8E4M3, Cols<DQ>>,             // [T, DQ]
-    q_scales: Tensor<B, E8M0, BlockScales<DQ>>, // [T, DQ / 32]
-    k: Tensor<B, bf16, Cols<DKV>>,              // [T, DKV]
-    v: Tensor<B, bf16, Cols<DKV>>,              // [T, DKV]
+pub struct Mxfp8Outputs<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B> = Owned> {
+    q: Tensor<B, F8E4M3, Cols<DQ>, S>,             // [T, DQ]
+    q_scales: Tensor<B, E8M0, BlockScales<DQ>, S>, // [T, DQ / 32]
+    k: Tensor<B, bf16, Cols<DKV>, S>,              // [T, DKV]
+    v: Tensor<B, bf16, Cols<DKV>, S>,              // [T, DKV]
 }
 
 /// The tensors of an [`Mxfp8Outputs`], given back by [`Mxfp8Outputs::into_parts`].
-pub struct Mxfp8OutputParts<B: Backend, const DQ: usize, const DKV: usize> {
+pub struct Mxfp8OutputParts<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B> = Owned> {
     /// q as e4m3, `[T, DQ]`.
-    pub q: Tensor<B, F8E4M3, Cols<DQ>>,
+    pub q: Tensor<B, F8E4M3, Cols<DQ>, S>,
     /// q's E8M0 block scales, `[T, HQ, 4]` (one per 32 channels).
-    pub q_scales: Tensor<B, E8M0, BlockScales<DQ>>,
+    pub q_scales: Tensor<B, E8M0, BlockScales<DQ>, S>,
     /// Conv + RMSNorm k, `[T, DKV]` bf16.
-    pub k: Tensor<B, bf16, Cols<DKV>>,
+    pub k: Tensor<B, bf16, Cols<DKV>, S>,
     /// Conv v, `[T, DKV]` bf16.
-    pub v: Tensor<B, bf16, Cols<DKV>>,
+    pub v: Tensor<B, bf16, Cols<DKV>, S>,
 }
 
 impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
@@ -305,13 +325,15 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
             v: Tensor::zeros(backend, tokens)?,
         })
     }
+}
 
+impl<B: Backend, const DQ: usize, const DKV: usize, S: Storage<B>> Mxfp8Outputs<B, DQ, DKV, S> {
     /// Outputs over the caller's tensors; all four must have the same number of tokens.
     pub fn new(
-        q: Tensor<B, F8E4M3, Cols<DQ>>,
-        q_scales: Tensor<B, E8M0, BlockScales<DQ>>,
-        k: Tensor<B, bf16, Cols<DKV>>,
-        v: Tensor<B, bf16, Cols<DKV>>,
+        q: Tensor<B, F8E4M3, Cols<DQ>, S>,
+        q_scales: Tensor<B, E8M0, BlockScales<DQ>, S>,
+        k: Tensor<B, bf16, Cols<DKV>, S>,
+        v: Tensor<B, bf16, Cols<DKV>, S>,
     ) -> Result<Self> {
         q_scales.expect_rows("q_scale", "tokens (as q_out)", q.rows())?;
         k.expect_rows("k_out", "tokens (as q_out)", q.rows())?;
@@ -335,6 +357,18 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
         v / v_mut: bf16, Cols<DKV>;
     }
 
+    /// The tensors back.
+    pub fn into_parts(self) -> Mxfp8OutputParts<B, DQ, DKV, S> {
+        Mxfp8OutputParts {
+            q: self.q,
+            q_scales: self.q_scales,
+            k: self.k,
+            v: self.v,
+        }
+    }
+}
+
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Mxfp8Outputs<B, DQ, DKV, S> {
     #[allow(clippy::type_complexity)]
     pub(crate) fn slices_mut(
         &mut self,
@@ -351,19 +385,12 @@ impl<B: Backend, const DQ: usize, const DKV: usize> Mxfp8Outputs<B, DQ, DKV> {
             self.v.as_slice_mut(),
         )
     }
-
-    /// The tensors back.
-    pub fn into_parts(self) -> Mxfp8OutputParts<B, DQ, DKV> {
-        Mxfp8OutputParts {
-            q: self.q,
-            q_scales: self.q_scales,
-            k: self.k,
-            v: self.v,
-        }
-    }
 }
 
-fn check_tau<B: Backend>(tau: &Option<Tensor<B, f32, Scalar>>, tokens: usize) -> Result<()> {
+fn check_tau<B: Backend, S: Storage<B>>(
+    tau: &Option<Tensor<B, f32, Scalar, S>>,
+    tokens: usize,
+) -> Result<()> {
     match tau {
         Some(t) => t.expect_at_least("log_scaling_tau", "values (one per token)", tokens),
         None => Ok(()),
@@ -379,38 +406,38 @@ fn to_i32(param: &'static str, value: usize) -> Result<i32> {
 }
 
 /// A target-verify batch: `B` sequences of exactly `q` draft tokens, `T = B·q`.
-pub struct VerifyBatch<B: Backend, L> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,     // [T, ROW]
-    cache_indices: Tensor<B, i32, Scalar>, // [B]
-    cache_mask: Tensor<B, u8, Scalar>,     // [B]
-    loc: Tensor<B, i64, Scalar>,           // [T]
-    tau: Option<Tensor<B, f32, Scalar>>,   // [>= T]
+pub struct VerifyBatch<B: Backend, L, S: Storage<B> = Owned> {
+    qkvr: Tensor<B, bf16, QkvrRow<L>, S>,     // [T, ROW]
+    cache_indices: Tensor<B, i32, Scalar, S>, // [B]
+    cache_mask: Tensor<B, u8, Scalar, S>,     // [B]
+    loc: Tensor<B, i64, Scalar, S>,           // [T]
+    tau: Option<Tensor<B, f32, Scalar, S>>,   // [>= T]
     draft_tokens: usize,
 }
 
 /// The tensors of a [`VerifyBatch`], given back by [`VerifyBatch::into_parts`].
-pub struct VerifyBatchParts<B: Backend, L> {
+pub struct VerifyBatchParts<B: Backend, L, S: Storage<B> = Owned> {
     /// Packed projection rows, `[T, ROW]`.
-    pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
+    pub qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
     /// Conv-state slot of each sequence, `[B]`.
-    pub cache_indices: Tensor<B, i32, Scalar>,
+    pub cache_indices: Tensor<B, i32, Scalar, S>,
     /// Whether each sequence has cached history, `[B]`.
-    pub cache_mask: Tensor<B, u8, Scalar>,
+    pub cache_mask: Tensor<B, u8, Scalar, S>,
     /// KV slot of each token, `[T]`.
-    pub loc: Tensor<B, i64, Scalar>,
+    pub loc: Tensor<B, i64, Scalar, S>,
     /// Per-token q temperature, `[>= T]`, or none.
-    pub tau: Option<Tensor<B, f32, Scalar>>,
+    pub tau: Option<Tensor<B, f32, Scalar, S>>,
 }
 
-impl<B: Backend, L: RowLayout> VerifyBatch<B, L> {
+impl<B: Backend, L: RowLayout, S: Storage<B>> VerifyBatch<B, L, S> {
     /// Ties the batch: `q > 0`, `T == B·q`, `loc` has `T` entries, `cache_mask` `B`,
     /// `tau` at least `T`.
     pub fn new(
-        qkvr: Tensor<B, bf16, QkvrRow<L>>,
-        cache_indices: Tensor<B, i32, Scalar>,
-        cache_mask: Tensor<B, u8, Scalar>,
-        loc: Tensor<B, i64, Scalar>,
-        tau: Option<Tensor<B, f32, Scalar>>,
+        qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
+        cache_indices: Tensor<B, i32, Scalar, S>,
+        cache_mask: Tensor<B, u8, Scalar, S>,
+        loc: Tensor<B, i64, Scalar, S>,
+        tau: Option<Tensor<B, f32, Scalar, S>>,
         draft_tokens: usize,
     ) -> Result<Self> {
         if draft_tokens == 0 {
@@ -462,12 +489,12 @@ impl<B: Backend, L: RowLayout> VerifyBatch<B, L> {
     }
 
     /// Per-token q temperature, `[>= T]`, or none.
-    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar, S>> {
         self.tau.as_ref()
     }
 
     /// The tensors back.
-    pub fn into_parts(self) -> VerifyBatchParts<B, L> {
+    pub fn into_parts(self) -> VerifyBatchParts<B, L, S> {
         VerifyBatchParts {
             qkvr: self.qkvr,
             cache_indices: self.cache_indices,
@@ -480,9 +507,9 @@ impl<B: Backend, L: RowLayout> VerifyBatch<B, L> {
 
 /// The verify step's saved conv windows, `[capacity, q, W-1, DKV]` for k and for v: row
 /// `[s][p]` is sequence `s`'s conv state after draft token `p`.
-pub struct VerifyWindows<B: Backend, const DKV: usize, C> {
-    k: Tensor<B, bf16, ConvHistory<DKV, C>>, // [capacity · q, W-1, DKV]
-    v: Tensor<B, bf16, ConvHistory<DKV, C>>, // [capacity · q, W-1, DKV]
+pub struct VerifyWindows<B: Backend, const DKV: usize, C, S: Storage<B> = Owned> {
+    k: Tensor<B, bf16, ConvHistory<DKV, C>, S>, // [capacity · q, W-1, DKV]
+    v: Tensor<B, bf16, ConvHistory<DKV, C>, S>, // [capacity · q, W-1, DKV]
     draft_tokens: usize,
 }
 
@@ -503,11 +530,13 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> VerifyWindows<B, DKV, C> {
             draft_tokens,
         })
     }
+}
 
+impl<B: Backend, const DKV: usize, C: ConvSpec, S: Storage<B>> VerifyWindows<B, DKV, C, S> {
     /// Windows over the caller's buffers; their rows must be a whole number of sequences.
     pub fn new(
-        k: Tensor<B, bf16, ConvHistory<DKV, C>>,
-        v: Tensor<B, bf16, ConvHistory<DKV, C>>,
+        k: Tensor<B, bf16, ConvHistory<DKV, C>, S>,
+        v: Tensor<B, bf16, ConvHistory<DKV, C>, S>,
         draft_tokens: usize,
     ) -> Result<Self> {
         v.expect_rows("v_inter", "rows", k.rows())?;
@@ -539,30 +568,37 @@ impl<B: Backend, const DKV: usize, C: ConvSpec> VerifyWindows<B, DKV, C> {
         v / v_mut: bf16, ConvHistory<DKV, C>;
     }
 
+    /// The two window tensors back, `(k, v)`.
+    pub fn into_parts(
+        self,
+    ) -> (
+        ConvHistoryTensor<B, DKV, C, S>,
+        ConvHistoryTensor<B, DKV, C, S>,
+    ) {
+        (self.k, self.v)
+    }
+}
+
+impl<B: Backend, const DKV: usize, C: ConvSpec, S: StorageMut<B>> VerifyWindows<B, DKV, C, S> {
     pub(crate) fn slices_mut(&mut self) -> (B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>) {
         (self.k.as_slice_mut(), self.v.as_slice_mut())
-    }
-
-    /// The two window tensors back, `(k, v)`.
-    pub fn into_parts(self) -> (ConvHistoryTensor<B, DKV, C>, ConvHistoryTensor<B, DKV, C>) {
-        (self.k, self.v)
     }
 }
 
 /// Prefix-cache tracking of the extend variant: for each flagged sequence, the conv window made
 /// of the listed qkvr rows is copied to a conv slot.
-pub struct ExtendTrack<B: Backend, C> {
-    rows: Tensor<B, i64, TrackRows<C>>, // [B, W-1]
-    mask: Tensor<B, u8, Scalar>,        // [B]
-    dst: Tensor<B, i64, Scalar>,        // [B]
+pub struct ExtendTrack<B: Backend, C, S: Storage<B> = Owned> {
+    rows: Tensor<B, i64, TrackRows<C>, S>, // [B, W-1]
+    mask: Tensor<B, u8, Scalar, S>,        // [B]
+    dst: Tensor<B, i64, Scalar, S>,        // [B]
 }
 
-impl<B: Backend, C: ConvSpec> ExtendTrack<B, C> {
+impl<B: Backend, C: ConvSpec, S: Storage<B>> ExtendTrack<B, C, S> {
     /// Ties the three per-sequence arrays to one sequence count `B` (the batch checks `B`).
     pub fn new(
-        rows: Tensor<B, i64, TrackRows<C>>,
-        mask: Tensor<B, u8, Scalar>,
-        dst: Tensor<B, i64, Scalar>,
+        rows: Tensor<B, i64, TrackRows<C>, S>,
+        mask: Tensor<B, u8, Scalar, S>,
+        dst: Tensor<B, i64, Scalar, S>,
     ) -> Result<Self> {
         mask.expect_rows("track_mask", "sequences (as track_rows)", rows.rows())?;
         dst.expect_rows("track_dst", "sequences (as track_rows)", rows.rows())?;
@@ -580,55 +616,55 @@ impl<B: Backend, C: ConvSpec> ExtendTrack<B, C> {
 }
 
 /// A prefill / extend batch of variable-length sequences.
-pub struct ExtendBatch<B: Backend, L, C> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,        // [T, ROW]
-    cu_seqlens: Tensor<B, i64, Scalar>,       // [B + 1]
-    seq_of_token: Tensor<B, i32, Scalar>,     // [T]
-    cache_indices: Tensor<B, i32, Scalar>,    // [B]
-    cache_mask: Tensor<B, u8, Scalar>,        // [B]
-    has_initial_state: Tensor<B, u8, Scalar>, // [B]
-    loc: Tensor<B, i64, Scalar>,              // [T]
-    tau: Option<Tensor<B, f32, Scalar>>,      // [>= T]
-    track: Option<ExtendTrack<B, C>>,
+pub struct ExtendBatch<B: Backend, L, C, S: Storage<B> = Owned> {
+    qkvr: Tensor<B, bf16, QkvrRow<L>, S>,        // [T, ROW]
+    cu_seqlens: Tensor<B, i64, Scalar, S>,       // [B + 1]
+    seq_of_token: Tensor<B, i32, Scalar, S>,     // [T]
+    cache_indices: Tensor<B, i32, Scalar, S>,    // [B]
+    cache_mask: Tensor<B, u8, Scalar, S>,        // [B]
+    has_initial_state: Tensor<B, u8, Scalar, S>, // [B]
+    loc: Tensor<B, i64, Scalar, S>,              // [T]
+    tau: Option<Tensor<B, f32, Scalar, S>>,      // [>= T]
+    track: Option<ExtendTrack<B, C, S>>,
     update_conv_state: bool,
 }
 
 /// The tensors of an [`ExtendBatch`], given back by [`ExtendBatch::into_parts`].
-pub struct ExtendBatchParts<B: Backend, L, C> {
+pub struct ExtendBatchParts<B: Backend, L, C, S: Storage<B> = Owned> {
     /// Packed projection rows, `[T, ROW]`.
-    pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
+    pub qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
     /// Token start of each sequence, `[B+1]`.
-    pub cu_seqlens: Tensor<B, i64, Scalar>,
+    pub cu_seqlens: Tensor<B, i64, Scalar, S>,
     /// Sequence of each token, `[T]`.
-    pub seq_of_token: Tensor<B, i32, Scalar>,
+    pub seq_of_token: Tensor<B, i32, Scalar, S>,
     /// Conv-state slot of each sequence, `[B]`.
-    pub cache_indices: Tensor<B, i32, Scalar>,
+    pub cache_indices: Tensor<B, i32, Scalar, S>,
     /// Whether each sequence reads cached history, `[B]`.
-    pub cache_mask: Tensor<B, u8, Scalar>,
+    pub cache_mask: Tensor<B, u8, Scalar, S>,
     /// Whether each sequence has an initial state, `[B]`.
-    pub has_initial_state: Tensor<B, u8, Scalar>,
+    pub has_initial_state: Tensor<B, u8, Scalar, S>,
     /// KV slot of each token, `[T]`.
-    pub loc: Tensor<B, i64, Scalar>,
+    pub loc: Tensor<B, i64, Scalar, S>,
     /// Per-token q temperature, or none.
-    pub tau: Option<Tensor<B, f32, Scalar>>,
+    pub tau: Option<Tensor<B, f32, Scalar, S>>,
     /// Prefix-cache tracking, or none.
-    pub track: Option<ExtendTrack<B, C>>,
+    pub track: Option<ExtendTrack<B, C, S>>,
 }
 
-impl<B: Backend, L: RowLayout, C: ConvSpec> ExtendBatch<B, L, C> {
+impl<B: Backend, L: RowLayout, C: ConvSpec, S: Storage<B>> ExtendBatch<B, L, C, S> {
     /// Ties the batch: `cu_seqlens` has `B+1` entries, the per-sequence arrays `B`, the
     /// per-token arrays `T`, `tau` at least `T`. Index values are guarded on the device.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        qkvr: Tensor<B, bf16, QkvrRow<L>>,
-        cu_seqlens: Tensor<B, i64, Scalar>,
-        seq_of_token: Tensor<B, i32, Scalar>,
-        cache_indices: Tensor<B, i32, Scalar>,
-        cache_mask: Tensor<B, u8, Scalar>,
-        has_initial_state: Tensor<B, u8, Scalar>,
-        loc: Tensor<B, i64, Scalar>,
-        tau: Option<Tensor<B, f32, Scalar>>,
-        track: Option<ExtendTrack<B, C>>,
+        qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
+        cu_seqlens: Tensor<B, i64, Scalar, S>,
+        seq_of_token: Tensor<B, i32, Scalar, S>,
+        cache_indices: Tensor<B, i32, Scalar, S>,
+        cache_mask: Tensor<B, u8, Scalar, S>,
+        has_initial_state: Tensor<B, u8, Scalar, S>,
+        loc: Tensor<B, i64, Scalar, S>,
+        tau: Option<Tensor<B, f32, Scalar, S>>,
+        track: Option<ExtendTrack<B, C, S>>,
         update_conv_state: bool,
     ) -> Result<Self> {
         let (tokens, seqs) = (qkvr.rows(), cache_indices.rows());
@@ -686,11 +722,11 @@ impl<B: Backend, L: RowLayout, C: ConvSpec> ExtendBatch<B, L, C> {
     }
 
     /// Per-token q temperature, `[>= T]`, or none.
-    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar, S>> {
         self.tau.as_ref()
     }
     /// Prefix-cache tracking, or none.
-    pub fn track(&self) -> Option<&ExtendTrack<B, C>> {
+    pub fn track(&self) -> Option<&ExtendTrack<B, C, S>> {
         self.track.as_ref()
     }
     /// Whether each sequence's conv state is rewritten from its tail after the main kernel.
@@ -699,7 +735,7 @@ impl<B: Backend, L: RowLayout, C: ConvSpec> ExtendBatch<B, L, C> {
     }
 
     /// The tensors back.
-    pub fn into_parts(self) -> ExtendBatchParts<B, L, C> {
+    pub fn into_parts(self) -> ExtendBatchParts<B, L, C, S> {
         ExtendBatchParts {
             qkvr: self.qkvr,
             cu_seqlens: self.cu_seqlens,
@@ -716,14 +752,14 @@ impl<B: Backend, L: RowLayout, C: ConvSpec> ExtendBatch<B, L, C> {
 
 /// Prefix-cache tracking of the decode variant: flagged tokens also copy their new window to a
 /// second conv slot.
-pub struct DecodeTrack<B: Backend> {
-    mask: Tensor<B, u8, Scalar>,     // [T]
-    indices: Tensor<B, i64, Scalar>, // [T]
+pub struct DecodeTrack<B: Backend, S: Storage<B> = Owned> {
+    mask: Tensor<B, u8, Scalar, S>,     // [T]
+    indices: Tensor<B, i64, Scalar, S>, // [T]
 }
 
-impl<B: Backend> DecodeTrack<B> {
+impl<B: Backend, S: Storage<B>> DecodeTrack<B, S> {
     /// Ties the two per-token arrays to one token count (the batch checks `T`).
-    pub fn new(mask: Tensor<B, u8, Scalar>, indices: Tensor<B, i64, Scalar>) -> Result<Self> {
+    pub fn new(mask: Tensor<B, u8, Scalar, S>, indices: Tensor<B, i64, Scalar, S>) -> Result<Self> {
         indices.expect_rows("track_indices", "tokens (as track_mask)", mask.rows())?;
         Ok(Self { mask, indices })
     }
@@ -737,40 +773,40 @@ impl<B: Backend> DecodeTrack<B> {
 }
 
 /// A decode batch: `T` independent tokens, one per sequence.
-pub struct DecodeBatch<B: Backend, L> {
-    qkvr: Tensor<B, bf16, QkvrRow<L>>,     // [T, ROW]
-    cache_indices: Tensor<B, i32, Scalar>, // [T]
-    cache_mask: Tensor<B, u8, Scalar>,     // [T]
-    loc: Tensor<B, i64, Scalar>,           // [T]
-    tau: Option<Tensor<B, f32, Scalar>>,   // [>= T]
-    track: Option<DecodeTrack<B>>,
+pub struct DecodeBatch<B: Backend, L, S: Storage<B> = Owned> {
+    qkvr: Tensor<B, bf16, QkvrRow<L>, S>,     // [T, ROW]
+    cache_indices: Tensor<B, i32, Scalar, S>, // [T]
+    cache_mask: Tensor<B, u8, Scalar, S>,     // [T]
+    loc: Tensor<B, i64, Scalar, S>,           // [T]
+    tau: Option<Tensor<B, f32, Scalar, S>>,   // [>= T]
+    track: Option<DecodeTrack<B, S>>,
 }
 
 /// The tensors of a [`DecodeBatch`], given back by [`DecodeBatch::into_parts`].
-pub struct DecodeBatchParts<B: Backend, L> {
+pub struct DecodeBatchParts<B: Backend, L, S: Storage<B> = Owned> {
     /// Packed projection rows, `[T, ROW]`.
-    pub qkvr: Tensor<B, bf16, QkvrRow<L>>,
+    pub qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
     /// Conv-state slot of each token, `[T]`.
-    pub cache_indices: Tensor<B, i32, Scalar>,
+    pub cache_indices: Tensor<B, i32, Scalar, S>,
     /// Whether each token reads cached history, `[T]`.
-    pub cache_mask: Tensor<B, u8, Scalar>,
+    pub cache_mask: Tensor<B, u8, Scalar, S>,
     /// KV slot of each token, `[T]`.
-    pub loc: Tensor<B, i64, Scalar>,
+    pub loc: Tensor<B, i64, Scalar, S>,
     /// Per-token q temperature, or none.
-    pub tau: Option<Tensor<B, f32, Scalar>>,
+    pub tau: Option<Tensor<B, f32, Scalar, S>>,
     /// Tracking, or none.
-    pub track: Option<DecodeTrack<B>>,
+    pub track: Option<DecodeTrack<B, S>>,
 }
 
-impl<B: Backend, L: RowLayout> DecodeBatch<B, L> {
+impl<B: Backend, L: RowLayout, S: Storage<B>> DecodeBatch<B, L, S> {
     /// Ties the batch: every per-token array has `T` entries, `tau` at least `T`.
     pub fn new(
-        qkvr: Tensor<B, bf16, QkvrRow<L>>,
-        cache_indices: Tensor<B, i32, Scalar>,
-        cache_mask: Tensor<B, u8, Scalar>,
-        loc: Tensor<B, i64, Scalar>,
-        tau: Option<Tensor<B, f32, Scalar>>,
-        track: Option<DecodeTrack<B>>,
+        qkvr: Tensor<B, bf16, QkvrRow<L>, S>,
+        cache_indices: Tensor<B, i32, Scalar, S>,
+        cache_mask: Tensor<B, u8, Scalar, S>,
+        loc: Tensor<B, i64, Scalar, S>,
+        tau: Option<Tensor<B, f32, Scalar, S>>,
+        track: Option<DecodeTrack<B, S>>,
     ) -> Result<Self> {
         let tokens = qkvr.rows();
         to_i32("qkvr rows", tokens)?;
@@ -809,16 +845,16 @@ impl<B: Backend, L: RowLayout> DecodeBatch<B, L> {
     }
 
     /// Per-token q temperature, `[>= T]`, or none.
-    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar>> {
+    pub fn tau(&self) -> Option<&Tensor<B, f32, Scalar, S>> {
         self.tau.as_ref()
     }
     /// Tracking, or none.
-    pub fn track(&self) -> Option<&DecodeTrack<B>> {
+    pub fn track(&self) -> Option<&DecodeTrack<B, S>> {
         self.track.as_ref()
     }
 
     /// The tensors back.
-    pub fn into_parts(self) -> DecodeBatchParts<B, L> {
+    pub fn into_parts(self) -> DecodeBatchParts<B, L, S> {
         DecodeBatchParts {
             qkvr: self.qkvr,
             cache_indices: self.cache_indices,

@@ -16,6 +16,7 @@ use crate::backend::{Backend, Cuda};
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
 use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
+use crate::tensor::{Storage, StorageMut};
 
 /// Where q goes.
 pub enum QTarget<'a, B: Backend> {
@@ -190,10 +191,18 @@ pub trait OutputTargets<B: Backend> {
     fn targets(&mut self) -> (QTarget<'_, B>, B::SliceMut<'_, bf16>, B::SliceMut<'_, bf16>);
 }
 
-impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Bf16Outputs<B, DQ, DKV> {}
-impl<B: Backend, const DQ: usize, const DKV: usize> Outputs<B> for Mxfp8Outputs<B, DQ, DKV> {}
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Outputs<B>
+    for Bf16Outputs<B, DQ, DKV, S>
+{
+}
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Outputs<B>
+    for Mxfp8Outputs<B, DQ, DKV, S>
+{
+}
 
-impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Bf16Outputs<B, DQ, DKV> {
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> OutputTargets<B>
+    for Bf16Outputs<B, DQ, DKV, S>
+{
     fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
         [
             ("q_out", self.q().rows()),
@@ -208,7 +217,9 @@ impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Bf16Out
     }
 }
 
-impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Mxfp8Outputs<B, DQ, DKV> {
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> OutputTargets<B>
+    for Mxfp8Outputs<B, DQ, DKV, S>
+{
     fn rows(&self) -> impl Iterator<Item = (&'static str, usize)> {
         [
             ("q_out", self.q().rows()),
@@ -228,12 +239,12 @@ impl<B: Backend, const DQ: usize, const DKV: usize> OutputTargets<B> for Mxfp8Ou
 /// the launch trusts the slot count it reports.
 pub trait KvCacheTarget<B: Backend>: CacheSlices<B> {}
 impl<B: Backend> KvCacheTarget<B> for () {}
-impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
-    for PagedBf16Kv<B, PAGE, DKV>
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> KvCacheTarget<B>
+    for PagedBf16Kv<B, PAGE, DKV, S>
 {
 }
-impl<B: Backend, const PAGE: usize, const DKV: usize> KvCacheTarget<B>
-    for Mxfp8KvCache<B, PAGE, DKV>
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> KvCacheTarget<B>
+    for Mxfp8KvCache<B, PAGE, DKV, S>
 {
 }
 
@@ -247,15 +258,17 @@ impl<B: Backend> CacheSlices<B> for () {
         KvTarget::None
     }
 }
-impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B> for PagedBf16Kv<B, PAGE, DKV> {
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> CacheSlices<B>
+    for PagedBf16Kv<B, PAGE, DKV, S>
+{
     fn target(&mut self) -> KvTarget<'_, B> {
         let slots = self.slots();
         let (k, v) = self.slices_mut();
         KvTarget::Bf16 { k, v, slots }
     }
 }
-impl<B: Backend, const PAGE: usize, const DKV: usize> CacheSlices<B>
-    for Mxfp8KvCache<B, PAGE, DKV>
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> CacheSlices<B>
+    for Mxfp8KvCache<B, PAGE, DKV, S>
 {
     fn target(&mut self) -> KvTarget<'_, B> {
         let slots = self.slots();
@@ -282,10 +295,19 @@ struct BatchRefs<'a, B: Backend> {
 }
 
 /// Ties the outputs to the batch and flattens everything into one call.
-fn assemble<'a, B: Backend, const HD: usize, const DKV: usize, C: ConvSpec>(
+#[allow(clippy::too_many_arguments)]
+fn assemble<
+    'a,
+    B: Backend,
+    const HD: usize,
+    const DKV: usize,
+    C: ConvSpec,
+    SW: Storage<B>,
+    SC: StorageMut<B>,
+>(
     batch: BatchRefs<'a, B>,
-    weights: &'a PrologueWeights<B, HD, DKV, C>,
-    conv: &'a mut ConvState<B, DKV, C>,
+    weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+    conv: &'a mut ConvState<B, DKV, C, SC>,
     out: &'a mut impl OutputTargets<B>,
     kv: KvTarget<'a, B>,
     variant: VariantArgs<'a, B>,
@@ -330,16 +352,17 @@ fn check_outputs<B: Backend>(out: &impl OutputTargets<B>, tokens: usize) -> Resu
 /// The `run` (any backend) and `launch_plan` (CUDA) entries of one variant: both go through
 /// the variant's `call`, the one place its boundary checks live.
 macro_rules! variant_entries {
-    ($(#[$doc:meta])* ($($arg:ident: $ty:ty),*)) => {
+    ($(#[$doc:meta])* [$($st:ident: $bound:ident),*] ($($arg:ident: $ty:ty),*)) => {
         $(#[$doc])*
+        ///
+        /// Every argument struct can hold owned tensors or views of the caller's buffers (its
+        /// storage parameter), independently of the others.
         #[allow(clippy::too_many_arguments)]
-        pub fn run<B: RunPrologue>(
+        pub fn run<B: RunPrologue, $($st: $bound<B>),*>(
             &self,
             backend: &B,
             $($arg: $ty,)*
         ) -> Result<()>
-        where
-            S::Cache<B, DKV>: KvCacheTarget<B>,
         {
             let call = Self::call($($arg),*)?;
             // SAFETY: assembled by this variant's `call`, the boundary.
@@ -351,13 +374,11 @@ macro_rules! variant_entries {
         /// (a benchmark's baseline, an engine's own graph), which is `unsafe` on the caller's
         /// side: the blocks hold raw device addresses of the buffers borrowed here.
         #[allow(clippy::too_many_arguments)]
-        pub fn launch_plan<B: PlansLaunches>(
+        pub fn launch_plan<B: PlansLaunches, $($st: $bound<B>),*>(
             &self,
             cuda: &B,
             $($arg: $ty,)*
         ) -> Result<super::PrologueLaunch>
-        where
-            S::Cache<B, DKV>: KvCacheTarget<B>,
         {
             cuda.plan::<Self>(Self::call($($arg),*)?)
         }
@@ -374,30 +395,37 @@ where
 {
     variant_entries! {
         /// Runs the verify prologue: q/k/v out, windows saved, K/V stored at `loc`.
+        [SW: Storage, SC: StorageMut, SB: Storage, SN: StorageMut, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C>,
-            conv: &mut ConvState<B, DKV, C>,
-            batch: &VerifyBatch<B, L>,
-            windows: &mut VerifyWindows<B, DKV, C>,
-            out: &mut S::Outputs<B, DQ, DKV>,
-            kv: &mut S::Cache<B, DKV>,
+            weights: &PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &mut ConvState<B, DKV, C, SC>,
+            batch: &VerifyBatch<B, L, SB>,
+            windows: &mut VerifyWindows<B, DKV, C, SN>,
+            out: &mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &mut S::Cache<B, DKV, SK>,
             errors: Option<&mut ErrorCounter<B>>
         )
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn call<'a, B: Backend>(
-        weights: &'a PrologueWeights<B, HD, DKV, C>,
-        conv: &'a mut ConvState<B, DKV, C>,
-        batch: &'a VerifyBatch<B, L>,
-        windows: &'a mut VerifyWindows<B, DKV, C>,
-        out: &'a mut S::Outputs<B, DQ, DKV>,
-        kv: &'a mut S::Cache<B, DKV>,
+    fn call<
+        'a,
+        B: Backend,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SB: Storage<B>,
+        SN: StorageMut<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    >(
+        weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<B, DKV, C, SC>,
+        batch: &'a VerifyBatch<B, L, SB>,
+        windows: &'a mut VerifyWindows<B, DKV, C, SN>,
+        out: &'a mut S::Outputs<B, DQ, DKV, SO>,
+        kv: &'a mut S::Cache<B, DKV, SK>,
         errors: Option<&'a mut ErrorCounter<B>>,
-    ) -> Result<PrologueCall<'a, B>>
-    where
-        S::Cache<B, DKV>: KvCacheTarget<B>,
-    {
+    ) -> Result<PrologueCall<'a, B>> {
         Error::check_extent(
             "k_inter",
             "draft tokens per sequence",
@@ -443,27 +471,33 @@ where
 {
     variant_entries! {
         /// Runs the extend prologue, then (if asked) the trailing conv-state update.
+        [SW: Storage, SC: StorageMut, SB: Storage, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C>,
-            conv: &mut ConvState<B, DKV, C>,
-            batch: &ExtendBatch<B, L, C>,
-            out: &mut S::Outputs<B, DQ, DKV>,
-            kv: &mut S::Cache<B, DKV>,
+            weights: &PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &mut ConvState<B, DKV, C, SC>,
+            batch: &ExtendBatch<B, L, C, SB>,
+            out: &mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &mut S::Cache<B, DKV, SK>,
             errors: Option<&mut ErrorCounter<B>>
         )
     }
 
-    fn call<'a, B: Backend>(
-        weights: &'a PrologueWeights<B, HD, DKV, C>,
-        conv: &'a mut ConvState<B, DKV, C>,
-        batch: &'a ExtendBatch<B, L, C>,
-        out: &'a mut S::Outputs<B, DQ, DKV>,
-        kv: &'a mut S::Cache<B, DKV>,
+    fn call<
+        'a,
+        B: Backend,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SB: Storage<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    >(
+        weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<B, DKV, C, SC>,
+        batch: &'a ExtendBatch<B, L, C, SB>,
+        out: &'a mut S::Outputs<B, DQ, DKV, SO>,
+        kv: &'a mut S::Cache<B, DKV, SK>,
         errors: Option<&'a mut ErrorCounter<B>>,
-    ) -> Result<PrologueCall<'a, B>>
-    where
-        S::Cache<B, DKV>: KvCacheTarget<B>,
-    {
+    ) -> Result<PrologueCall<'a, B>> {
         let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.seqs(),
@@ -498,27 +532,33 @@ where
 {
     variant_entries! {
         /// Runs the decode prologue: the conv state of each valid token is updated in place.
+        [SW: Storage, SC: StorageMut, SB: Storage, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C>,
-            conv: &mut ConvState<B, DKV, C>,
-            batch: &DecodeBatch<B, L>,
-            out: &mut S::Outputs<B, DQ, DKV>,
-            kv: &mut S::Cache<B, DKV>,
+            weights: &PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &mut ConvState<B, DKV, C, SC>,
+            batch: &DecodeBatch<B, L, SB>,
+            out: &mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &mut S::Cache<B, DKV, SK>,
             errors: Option<&mut ErrorCounter<B>>
         )
     }
 
-    fn call<'a, B: Backend>(
-        weights: &'a PrologueWeights<B, HD, DKV, C>,
-        conv: &'a mut ConvState<B, DKV, C>,
-        batch: &'a DecodeBatch<B, L>,
-        out: &'a mut S::Outputs<B, DQ, DKV>,
-        kv: &'a mut S::Cache<B, DKV>,
+    fn call<
+        'a,
+        B: Backend,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SB: Storage<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    >(
+        weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<B, DKV, C, SC>,
+        batch: &'a DecodeBatch<B, L, SB>,
+        out: &'a mut S::Outputs<B, DQ, DKV, SO>,
+        kv: &'a mut S::Cache<B, DKV, SK>,
         errors: Option<&'a mut ErrorCounter<B>>,
-    ) -> Result<PrologueCall<'a, B>>
-    where
-        S::Cache<B, DKV>: KvCacheTarget<B>,
-    {
+    ) -> Result<PrologueCall<'a, B>> {
         let refs = BatchRefs {
             tokens: batch.tokens(),
             seqs: batch.tokens(),

@@ -34,7 +34,7 @@ use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
 use crate::rules::{
     ConvWidth, Mxfp8PageSize, Mxfp8Width, PageSize, PrologueHeadDim, RowOffset, WholeHeads,
 };
-use crate::tensor::RowShape;
+use crate::tensor::{RowShape, StorageMut};
 
 pub mod select;
 pub use select::{PreferMxfp8, PreferredStore};
@@ -71,10 +71,11 @@ pub trait Store: Sealed + 'static {
     const ID: u32;
     /// The page size the kernel is instantiated with (0 where the store ignores pages).
     const KERNEL_PAGE: usize;
-    /// The outputs of a call: q (and its scales), k and v, one row per token.
-    type Outputs<B: Backend, const DQ: usize, const DKV: usize>: Outputs<B>;
-    /// The KV cache the store writes into.
-    type Cache<B: Backend, const DKV: usize>;
+    /// The outputs of a call: q (and its scales), k and v, one row per token, in storage `S`
+    /// (owned, or views of the caller's buffers).
+    type Outputs<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>>: Outputs<B>;
+    /// The KV cache the store writes into, in storage `S`.
+    type Cache<B: Backend, const DKV: usize, S: StorageMut<B>>: KvCacheTarget<B>;
 }
 
 /// No KV store: k and v are returned; attention stores them itself.
@@ -90,20 +91,23 @@ impl<const PAGE: usize> Sealed for Mxfp8Store<PAGE> {}
 impl Store for NoStore {
     const ID: u32 = 0;
     const KERNEL_PAGE: usize = 0;
-    type Outputs<B: Backend, const DQ: usize, const DKV: usize> = Bf16Outputs<B, DQ, DKV>;
-    type Cache<B: Backend, const DKV: usize> = ();
+    type Outputs<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> =
+        Bf16Outputs<B, DQ, DKV, S>;
+    type Cache<B: Backend, const DKV: usize, S: StorageMut<B>> = ();
 }
 impl<const PAGE: usize> Store for Bf16Store<PAGE> {
     const ID: u32 = 1;
     const KERNEL_PAGE: usize = 0;
-    type Outputs<B: Backend, const DQ: usize, const DKV: usize> = Bf16Outputs<B, DQ, DKV>;
-    type Cache<B: Backend, const DKV: usize> = PagedBf16Kv<B, PAGE, DKV>;
+    type Outputs<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> =
+        Bf16Outputs<B, DQ, DKV, S>;
+    type Cache<B: Backend, const DKV: usize, S: StorageMut<B>> = PagedBf16Kv<B, PAGE, DKV, S>;
 }
 impl<const PAGE: usize> Store for Mxfp8Store<PAGE> {
     const ID: u32 = 2;
     const KERNEL_PAGE: usize = PAGE;
-    type Outputs<B: Backend, const DQ: usize, const DKV: usize> = Mxfp8Outputs<B, DQ, DKV>;
-    type Cache<B: Backend, const DKV: usize> = Mxfp8KvCache<B, PAGE, DKV>;
+    type Outputs<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> =
+        Mxfp8Outputs<B, DQ, DKV, S>;
+    type Cache<B: Backend, const DKV: usize, S: StorageMut<B>> = Mxfp8KvCache<B, PAGE, DKV, S>;
 }
 
 /// The per-token outputs of a call (q, its scales where MXFP8, k and v), tied to one token

@@ -20,7 +20,7 @@ use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
 use crate::layout::MlaLatentKv;
 use crate::rules::{HeadTile, MlaHeadDim, PadsTo, TopkWidth};
-use crate::tensor::{Cols, FixedExtent, RowShape, Scalar, Tensor};
+use crate::tensor::{Cols, FixedExtent, Owned, RowShape, Scalar, Storage, StorageMut, Tensor};
 
 /// Width of the value: the first 512 channels of a latent row.
 pub const D_V: usize = 512;
@@ -33,15 +33,17 @@ pub trait Options: Sealed + 'static {
     /// A per-head attention sink is given.
     const HAVE_SINK: bool;
     /// The top-k lengths, `[s_q]` i32, or `()`.
-    type Length<B: Backend>;
+    type Length<B: Backend, S: Storage<B>>;
     /// The sink logits, `[HEADS]` f32, or `()`.
-    type Sink<B: Backend, const HEADS: usize>;
+    type Sink<B: Backend, const HEADS: usize, S: Storage<B>>;
     /// The lengths, if any.
-    fn length<B: Backend>(length: &Self::Length<B>) -> Option<&Tensor<B, i32, Scalar>>;
+    fn length<B: Backend, S: Storage<B>>(
+        length: &Self::Length<B, S>,
+    ) -> Option<&Tensor<B, i32, Scalar, S>>;
     /// The sink logits, if any.
-    fn sink<B: Backend, const HEADS: usize>(
-        sink: &Self::Sink<B, HEADS>,
-    ) -> Option<&Tensor<B, f32, Cols<HEADS>>>;
+    fn sink<B: Backend, const HEADS: usize, S: Storage<B>>(
+        sink: &Self::Sink<B, HEADS, S>,
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>, S>>;
 }
 /// No optional input: every index of the row is considered (invalid ones masked).
 pub struct Plain;
@@ -55,38 +57,46 @@ impl Sealed for WithLengthAndSink {}
 impl Options for Plain {
     const HAVE_LENGTH: bool = false;
     const HAVE_SINK: bool = false;
-    type Length<B: Backend> = ();
-    type Sink<B: Backend, const HEADS: usize> = ();
-    fn length<B: Backend>(_: &()) -> Option<&Tensor<B, i32, Scalar>> {
+    type Length<B: Backend, S: Storage<B>> = ();
+    type Sink<B: Backend, const HEADS: usize, S: Storage<B>> = ();
+    fn length<B: Backend, S: Storage<B>>(_: &()) -> Option<&Tensor<B, i32, Scalar, S>> {
         None
     }
-    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
+    fn sink<B: Backend, const HEADS: usize, S: Storage<B>>(
+        _: &(),
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>, S>> {
         None
     }
 }
 impl Options for WithLength {
     const HAVE_LENGTH: bool = true;
     const HAVE_SINK: bool = false;
-    type Length<B: Backend> = Tensor<B, i32, Scalar>;
-    type Sink<B: Backend, const HEADS: usize> = ();
-    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&Tensor<B, i32, Scalar>> {
+    type Length<B: Backend, S: Storage<B>> = Tensor<B, i32, Scalar, S>;
+    type Sink<B: Backend, const HEADS: usize, S: Storage<B>> = ();
+    fn length<B: Backend, S: Storage<B>>(
+        length: &Tensor<B, i32, Scalar, S>,
+    ) -> Option<&Tensor<B, i32, Scalar, S>> {
         Some(length)
     }
-    fn sink<B: Backend, const HEADS: usize>(_: &()) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
+    fn sink<B: Backend, const HEADS: usize, S: Storage<B>>(
+        _: &(),
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>, S>> {
         None
     }
 }
 impl Options for WithLengthAndSink {
     const HAVE_LENGTH: bool = true;
     const HAVE_SINK: bool = true;
-    type Length<B: Backend> = Tensor<B, i32, Scalar>;
-    type Sink<B: Backend, const HEADS: usize> = Tensor<B, f32, Cols<HEADS>>;
-    fn length<B: Backend>(length: &Tensor<B, i32, Scalar>) -> Option<&Tensor<B, i32, Scalar>> {
+    type Length<B: Backend, S: Storage<B>> = Tensor<B, i32, Scalar, S>;
+    type Sink<B: Backend, const HEADS: usize, S: Storage<B>> = Tensor<B, f32, Cols<HEADS>, S>;
+    fn length<B: Backend, S: Storage<B>>(
+        length: &Tensor<B, i32, Scalar, S>,
+    ) -> Option<&Tensor<B, i32, Scalar, S>> {
         Some(length)
     }
-    fn sink<B: Backend, const HEADS: usize>(
-        sink: &Tensor<B, f32, Cols<HEADS>>,
-    ) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
+    fn sink<B: Backend, const HEADS: usize, S: Storage<B>>(
+        sink: &Tensor<B, f32, Cols<HEADS>, S>,
+    ) -> Option<&Tensor<B, f32, Cols<HEADS>, S>> {
         Some(sink)
     }
 }
@@ -149,14 +159,17 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
 
     /// Runs the prefill into three distinct outputs (distinct `&mut` borrows: they cannot
     /// alias). `out [s_q, HEADS, 512]`, `max_logits [s_q, HEADS]`, `lse [s_q, HEADS]`.
-    pub fn run<B: RunSparseMla>(
+    ///
+    /// The inputs, the latent KV and the outputs can each be owned or views of the caller's
+    /// buffers (their storage parameters).
+    pub fn run<B: RunSparseMla, SI: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
         &self,
         backend: &B,
-        inputs: &SparseMlaInputs<B, D_QK, HEADS, TOPK, O>,
-        kv: &MlaLatentKv<B, D_QK>,
-        out: &mut Tensor<B, bf16, OutRow<HEADS>>,
-        max_logits: &mut Tensor<B, f32, Cols<HEADS>>,
-        lse: &mut Tensor<B, f32, Cols<HEADS>>,
+        inputs: &SparseMlaInputs<B, D_QK, HEADS, TOPK, O, SI>,
+        kv: &MlaLatentKv<B, D_QK, SK>,
+        out: &mut Tensor<B, bf16, OutRow<HEADS>, SO>,
+        max_logits: &mut Tensor<B, f32, Cols<HEADS>, SO>,
+        lse: &mut Tensor<B, f32, Cols<HEADS>, SO>,
     ) -> Result<()> {
         let s_q = inputs.q.rows();
         out.expect_rows("out", "query rows", s_q)?;
@@ -171,8 +184,8 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
                 q: inputs.q.as_slice(),
                 q_scale: inputs.q_scale.as_slice(),
                 indices: inputs.indices.as_slice(),
-                topk_length: O::length(&inputs.topk_length).map(|t| t.as_slice()),
-                sink: O::sink::<B, HEADS>(&inputs.sink).map(|t| t.as_slice()),
+                topk_length: O::length::<B, SI>(&inputs.topk_length).map(|t| t.as_slice()),
+                sink: O::sink::<B, HEADS, SI>(&inputs.sink).map(|t| t.as_slice()),
                 sm_scale: inputs.sm_scale,
                 kv: kv.data().as_slice(),
                 kv_scale: kv.scale().as_slice(),
@@ -194,12 +207,13 @@ pub struct SparseMlaInputs<
     const HEADS: usize,
     const TOPK: usize,
     O: Options,
+    S: Storage<B> = Owned,
 > {
-    q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>>, // [s_q, HEADS, D_QK]
-    q_scale: Tensor<B, f32, Scalar>,         // [1]
-    indices: Tensor<B, i32, Cols<TOPK>>,     // [s_q, TOPK]
-    topk_length: O::Length<B>,               // [s_q] or ()
-    sink: O::Sink<B, HEADS>,                 // [HEADS] or ()
+    q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>, // [s_q, HEADS, D_QK]
+    q_scale: Tensor<B, f32, Scalar, S>,         // [1]
+    indices: Tensor<B, i32, Cols<TOPK>, S>,     // [s_q, TOPK]
+    topk_length: O::Length<B, S>,               // [s_q] or ()
+    sink: O::Sink<B, HEADS, S>,                 // [HEADS] or ()
     sm_scale: f32,
 }
 
@@ -210,44 +224,51 @@ pub struct SparseMlaInputParts<
     const HEADS: usize,
     const TOPK: usize,
     O: Options,
+    S: Storage<B> = Owned,
 > {
     /// Queries, `[s_q, HEADS, D_QK]` e4m3.
-    pub q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>>,
+    pub q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>,
     /// Dequantization scale of q, `[1]`.
-    pub q_scale: Tensor<B, f32, Scalar>,
+    pub q_scale: Tensor<B, f32, Scalar, S>,
     /// Top-k row indices, `[s_q, TOPK]`.
-    pub indices: Tensor<B, i32, Cols<TOPK>>,
+    pub indices: Tensor<B, i32, Cols<TOPK>, S>,
     /// Per-row top-k lengths, `[s_q]`, or `()`.
-    pub topk_length: O::Length<B>,
+    pub topk_length: O::Length<B, S>,
     /// Per-head sink logits, `[HEADS]`, or `()`.
-    pub sink: O::Sink<B, HEADS>,
+    pub sink: O::Sink<B, HEADS, S>,
     /// Softmax scale.
     pub sm_scale: f32,
 }
 
-impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Options>
-    SparseMlaInputs<B, D_QK, HEADS, TOPK, O>
+impl<
+    B: Backend,
+    const D_QK: usize,
+    const HEADS: usize,
+    const TOPK: usize,
+    O: Options,
+    S: Storage<B>,
+> SparseMlaInputs<B, D_QK, HEADS, TOPK, O, S>
 {
     /// Queries, `[s_q, HEADS, D_QK]` e4m3 (real heads only; the kernel pads).
-    pub fn q(&self) -> &Tensor<B, F8E4M3, QRow<HEADS, D_QK>> {
+    pub fn q(&self) -> &Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S> {
         &self.q
     }
     /// Dequantization scale of q, `[1]`.
-    pub fn q_scale(&self) -> &Tensor<B, f32, Scalar> {
+    pub fn q_scale(&self) -> &Tensor<B, f32, Scalar, S> {
         &self.q_scale
     }
     /// Top-k row indices into the latent KV, `[s_q, TOPK]` i32; -1 (or anything outside
     /// `[0, s_kv)`) is invalid and never read.
-    pub fn indices(&self) -> &Tensor<B, i32, Cols<TOPK>> {
+    pub fn indices(&self) -> &Tensor<B, i32, Cols<TOPK>, S> {
         &self.indices
     }
     /// Per-row valid prefix lengths, `[s_q]` (values clamped to `[0, TOPK]` on the device).
-    pub fn topk_length(&self) -> Option<&Tensor<B, i32, Scalar>> {
-        O::length(&self.topk_length)
+    pub fn topk_length(&self) -> Option<&Tensor<B, i32, Scalar, S>> {
+        O::length::<B, S>(&self.topk_length)
     }
     /// Per-head sink logits, `[HEADS]`.
-    pub fn sink(&self) -> Option<&Tensor<B, f32, Cols<HEADS>>> {
-        O::sink::<B, HEADS>(&self.sink)
+    pub fn sink(&self) -> Option<&Tensor<B, f32, Cols<HEADS>, S>> {
+        O::sink::<B, HEADS, S>(&self.sink)
     }
     /// Softmax scale (natural-log units).
     pub fn sm_scale(&self) -> f32 {
@@ -258,11 +279,11 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Op
         self.q.rows()
     }
     /// Queries, writable in place (the next chunk's q written by the caller's own kernel).
-    pub fn q_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, QRow<HEADS, D_QK>> {
+    pub fn q_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, QRow<HEADS, D_QK>, S> {
         FixedExtent::new(&mut self.q)
     }
     /// Indices, writable in place.
-    pub fn indices_mut(&mut self) -> FixedExtent<'_, B, i32, Cols<TOPK>> {
+    pub fn indices_mut(&mut self) -> FixedExtent<'_, B, i32, Cols<TOPK>, S> {
         FixedExtent::new(&mut self.indices)
     }
     /// Replaces the softmax scale.
@@ -270,7 +291,7 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Op
         self.sm_scale = sm_scale;
     }
     /// The tensors back.
-    pub fn into_parts(self) -> SparseMlaInputParts<B, D_QK, HEADS, TOPK, O> {
+    pub fn into_parts(self) -> SparseMlaInputParts<B, D_QK, HEADS, TOPK, O, S> {
         SparseMlaInputParts {
             q: self.q,
             q_scale: self.q_scale,
@@ -282,14 +303,15 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Op
     }
 }
 
-impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize>
-    SparseMlaInputs<B, D_QK, HEADS, TOPK, Plain>
+impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: Storage<B>>
+    SparseMlaInputs<B, D_QK, HEADS, TOPK, Plain, S>
 {
-    /// Ties q and the indices to one query-row count.
+    /// Ties q and the indices to one query-row count (owned tensors, or views of the caller's
+    /// buffers).
     pub fn new(
-        q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>>,
-        q_scale: Tensor<B, f32, Scalar>,
-        indices: Tensor<B, i32, Cols<TOPK>>,
+        q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>,
+        q_scale: Tensor<B, f32, Scalar, S>,
+        indices: Tensor<B, i32, Cols<TOPK>, S>,
         sm_scale: f32,
     ) -> Result<Self> {
         indices.expect_rows("indices", "query rows (as q)", q.rows())?;
@@ -314,8 +336,8 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize>
     /// Adds per-row top-k lengths, `[s_q]`.
     pub fn with_topk_length(
         self,
-        topk_length: Tensor<B, i32, Scalar>,
-    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLength>> {
+        topk_length: Tensor<B, i32, Scalar, S>,
+    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLength, S>> {
         topk_length.expect_rows("topk_length", "query rows (as q)", self.q.rows())?;
         Ok(SparseMlaInputs {
             q: self.q,
@@ -328,16 +350,22 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize>
     }
 }
 
-impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, O: Options>
-    SparseMlaInputs<B, D_QK, HEADS, TOPK, O>
+impl<
+    B: Backend,
+    const D_QK: usize,
+    const HEADS: usize,
+    const TOPK: usize,
+    O: Options,
+    S: Storage<B>,
+> SparseMlaInputs<B, D_QK, HEADS, TOPK, O, S>
 {
     /// Adds per-head sink logits, `[HEADS]`; only after top-k lengths.
     pub fn with_sink(
         self,
-        sink: Tensor<B, f32, Cols<HEADS>>,
-    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLengthAndSink>>
+        sink: Tensor<B, f32, Cols<HEADS>, S>,
+    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLengthAndSink, S>>
     where
-        O: AcceptsSink + Options<Length<B> = Tensor<B, i32, Scalar>>,
+        O: AcceptsSink + Options<Length<B, S> = Tensor<B, i32, Scalar, S>>,
     {
         sink.expect_rows("attn_sink", "rows", 1)?;
         Ok(SparseMlaInputs {
