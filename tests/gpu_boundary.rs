@@ -209,3 +209,67 @@ fn a_graph_captured_from_the_callers_stream_replays_the_launch() {
     g.synchronize().unwrap();
     assert_eq!(encoded(&g, &data, &scales), expected);
 }
+
+/// Memory with no Rust owner enters through the `unsafe` door and is then checked like any
+/// view: a raw device pointer wrapped as `ForeignDeviceBuffer`, written by the typed launch,
+/// never freed by the library.
+#[test]
+fn foreign_device_memory_through_the_unsafe_door() {
+    use shapeproof::backend::cuda::ForeignDeviceBuffer;
+    use shapeproof::tensor::{TensorView, TensorViewMut};
+    let (x, expected) = quantize_case("foreign_device_memory_through_the_unsafe_door");
+    let g = gpu();
+    let stream = g.stream().clone();
+    // An allocation owned by "someone else": leaked from cudarc, freed by hand at the end.
+    let raw_in = stream.clone_htod(&x).unwrap().leak();
+    let raw_data = stream.alloc_zeros::<F8E4M3>(ROWS * W).unwrap().leak();
+    let raw_scales = stream.alloc_zeros::<E8M0>(ROWS * W / 32).unwrap().leak();
+    {
+        // SAFETY: the three allocations above are live, of these lengths, on `stream`, and
+        // freed only after the buffers are dropped.
+        let (input, mut data, mut scales) = unsafe {
+            (
+                ForeignDeviceBuffer::<bf16>::new(&stream, raw_in, ROWS * W).unwrap(),
+                ForeignDeviceBuffer::<F8E4M3>::new(&stream, raw_data, ROWS * W).unwrap(),
+                ForeignDeviceBuffer::<E8M0>::new(&stream, raw_scales, ROWS * W / 32).unwrap(),
+            )
+        };
+        let input_view =
+            TensorView::<Cuda, bf16, Cols<W>>::from_slice("x", input.view(), ROWS).unwrap();
+        let mut data_view =
+            TensorViewMut::<Cuda, F8E4M3, Cols<W>>::from_slice_mut("data", data.view_mut(), ROWS)
+                .unwrap();
+        // A foreign buffer of the wrong length is still an error.
+        assert!(
+            TensorViewMut::<Cuda, E8M0, BlockScales<W>>::from_slice_mut(
+                "scales",
+                scales.view_mut(),
+                ROWS + 1
+            )
+            .is_err()
+        );
+        let mut scales_view = TensorViewMut::<Cuda, E8M0, BlockScales<W>>::from_slice_mut(
+            "scales",
+            scales.view_mut(),
+            ROWS,
+        )
+        .unwrap();
+        Mxfp8Quantize::<W>::new()
+            .run(&g, &input_view, &mut data_view, &mut scales_view)
+            .unwrap();
+        let mut bytes: Vec<u8> = data_view
+            .to_host(&g)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        bytes.extend(scales_view.to_host(&g).unwrap().iter().map(|s| s.0));
+        assert_eq!(bytes, expected);
+    }
+    // SAFETY: the pointers came from `leak` above and are freed once.
+    unsafe {
+        drop(stream.upgrade_device_ptr::<bf16>(raw_in, ROWS * W));
+        drop(stream.upgrade_device_ptr::<F8E4M3>(raw_data, ROWS * W));
+        drop(stream.upgrade_device_ptr::<E8M0>(raw_scales, ROWS * W / 32));
+    }
+}

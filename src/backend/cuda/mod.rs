@@ -8,9 +8,11 @@
 //! streams are safe to pass; with tracking off (a single-stream engine's choice, and the fastest
 //! launches), buffers must be ordered on the backend's stream, which the launch checks.
 
+mod foreign;
 mod jit;
 mod launch;
 
+pub use foreign::ForeignDeviceBuffer;
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
 pub(crate) use launch::DeviceArgs;
 pub use launch::{CudaKernel, LaunchShape};
