@@ -12,7 +12,7 @@ use crate::dim::Dim;
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
 use crate::rules::Mxfp8Width;
-use crate::tensor::{BlockScales, Cols, Tensor};
+use crate::tensor::{BlockScales, Cols, Storage, StorageMut, Tensor};
 
 pub use cuda::Mxfp8QuantizeKernel;
 
@@ -68,12 +68,13 @@ impl<const WIDTH: usize> Mxfp8Quantize<WIDTH> {
     }
 
     /// Quantizes every row of `input`; `data` and `scales` must have as many rows.
-    pub fn run<B: RunMxfp8Quantize>(
+    /// `input` can be owned or a view, `data` and `scales` owned or mutable views.
+    pub fn run<B: RunMxfp8Quantize, SI: Storage<B>, SO: StorageMut<B>>(
         &self,
         backend: &B,
-        input: &Tensor<B, bf16, Cols<WIDTH>>,
-        data: &mut Tensor<B, F8E4M3, Cols<WIDTH>>,
-        scales: &mut Tensor<B, E8M0, BlockScales<WIDTH>>,
+        input: &Tensor<B, bf16, Cols<WIDTH>, SI>,
+        data: &mut Tensor<B, F8E4M3, Cols<WIDTH>, SO>,
+        scales: &mut Tensor<B, E8M0, BlockScales<WIDTH>, SO>,
     ) -> Result<()> {
         Error::check_extent("data", "rows", input.rows(), data.rows())?;
         Error::check_extent("scales", "rows", input.rows(), scales.rows())?;
