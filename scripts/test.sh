@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints, every test that runs without a GPU, and the
-# NVRTC compilation of every kernel instantiation the crate uses (no GPU needed).
+# The project's test command: formatting, lints, every test that runs without a GPU (the
+# candle interop included), the candle example, and the NVRTC compilation of every kernel
+# instantiation the crate uses (no GPU needed).
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
@@ -27,6 +28,8 @@ export LD_LIBRARY_PATH="$nvrtc_dir:${LD_LIBRARY_PATH:-}"
 echo "NVRTC: $nvrtc_dir"
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --features nvrtc-tests -- -D warnings
+cargo clippy --workspace --all-targets --features nvrtc-tests,candle -- -D warnings
 cargo clippy --workspace --all-targets --features gpu-tests -- -D warnings
-cargo test --workspace --features nvrtc-tests
+cargo test --workspace --features nvrtc-tests,candle
+# The candle example runs end to end on the CPU (candle CPU + the CPU backend) and checks itself.
+cargo run --quiet --example candle_layer --features candle

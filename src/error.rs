@@ -29,6 +29,17 @@ pub enum Error {
         /// The accepted range, written for a person (`"1 ..= 64"`).
         range: String,
     },
+    /// A value handed over at the boundary (a foreign tensor's dtype, device, layout or shape)
+    /// is not what the kernel takes.
+    #[error("`{param}`: expected {expected}, got {actual}")]
+    Mismatch {
+        /// The argument.
+        param: &'static str,
+        /// What the call requires, written for a person.
+        expected: String,
+        /// What the caller passed.
+        actual: String,
+    },
     /// The backend could not allocate a buffer of the requested size.
     #[error("cannot allocate {elements} elements of {element_bytes} bytes")]
     Alloc {
