@@ -11,13 +11,13 @@
 //   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the
 //           library sends here). CTA b handles heads HEAD_TILE*(b % head_tiles) … +HEAD_TILE-1
 //           of query row b / head_tiles.
-//   block = 160 threads: warps 0-3 = one consumer warpgroup, warp 4 = the gather warp.
-//           8 and 16 heads: two CTAs per SM, a ring of two K slots each;
-//           32 heads: one CTA per SM (its O^T needs the registers), a ring of four K slots.
-//   dynamic shared memory = (HEAD_TILE + 64 * slots) * D_QK + 112 * HEAD_TILE + 24 * slots + 8
+//   block = 128 + 32 * slots threads: warps 0-3 = one consumer warpgroup, then one gather warp
+//           per K slot. 8 and 16 heads: 192 threads, two CTAs per SM, two K slots each;
+//           32 heads: 256 threads, one CTA per SM (its O^T needs the registers), four K slots.
+//   dynamic shared memory = (HEAD_TILE + 64 * slots) * D_QK + 112 * HEAD_TILE + 1048 * slots + 8
 //           bytes, slots = 2 (8, 16 heads) or 4 (32 heads):
-//           D_QK 576: 79288 (8 heads), 84792 (16), 169576 (32);
-//           D_QK 512: 70584 (8), 75576 (16), 151144 (32).
+//           D_QK 576: 81336 (8 heads), 86840 (16), 173672 (32);
+//           D_QK 512: 72632 (8), 77624 (16), 155240 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -29,19 +29,22 @@
 // gather and computes everything transposed, so that the 64 gathered tokens of a block are the
 // wgmma M dimension and the heads the (narrow) N dimension:
 //   S^T = K . Q^T      M = 64 tokens, N = HEAD_TILE heads, K = D_QK channels;
-//                      A = the K slot in shared memory, B = the Q tile; both K-major as stored.
+//                      A = K rows from registers (ldmatrix from the K slot), B = the Q tile.
 //   O^T += V^T . P^T   M = 512 value columns (8 M tiles of 64), N = HEAD_TILE, K = 64 tokens;
 //                      A = V^T from registers (ldmatrix.trans straight from the K slot),
 //                      B = P^T [HEAD_TILE heads][64 tokens] e4m3, written K-major by the softmax.
 // Both accumulators have the heads as columns, in the same register layout, so a thread's softmax
 // statistics (running max, rescale factor, row sum) are those of the O^T columns it holds.
 //
-// One CTA = one query row. The gather warp copies the 64 K rows of each block (16-byte cp.async,
-// zero-filled and never read for invalid entries) into a ring of K slots; the consumer
-// warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the wide kernel),
-// masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T to shared
-// memory, the rescale of O^T and the P.V product, then releases the slot. For 8 and 16 heads two
-// CTAs share an SM, so one CTA's softmax overlaps the other's tensor-core work; every SM has
+// One CTA = one query row. Gather warp w owns K slot w and fills it with blocks w, w + slots, ...:
+// one bulk copy (cp.async.bulk, completing as transaction bytes on the slot's mbarrier) of D_QK
+// bytes per valid row; invalid rows are zero-filled by the warp and never read. (16-byte cp.async
+// gathers ran at a third of the rate of plain loads; the bulk copy engine's rate grows with the
+// number of issuing warps, hence one warp per slot.) The consumer warpgroup runs, per block: S^T
+// (in chunks of 3 k-steps promoted to f32, as the wide kernel), masking, the per-head (column)
+// maximum across its four warps, p = 2^(s - m), P^T to shared memory, the rescale of O^T and the
+// P.V product; it releases the slot as soon as its last ldmatrix has read it. For 8 and 16 heads
+// two CTAs share an SM, so one CTA's softmax overlaps the other's tensor-core work; every SM has
 // four K slots in flight for every head tile.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
@@ -57,17 +60,21 @@
 //
 // Shared-memory layouts (wgmma "no swizzle" canonical K-major: core matrix = 8 rows x 16 bytes,
 // 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
-// * Q tile [HEAD_TILE rows][D_QK] and each K slot [64 rows][D_QK]:
-//   byte (r/8)*(8*D_QK) + (c/16)*128 + (r%8)*16 + c%16; LBO = 128, SBO = 8*D_QK; a k-step
-//   (32 channels) advances the start address by 256 bytes.
+// * Q tile [HEAD_TILE rows][D_QK]: byte (r/8)*(8*D_QK) + (c/16)*128 + (r%8)*16 + c%16;
+//   LBO = 128, SBO = 8*D_QK; a k-step (32 channels) advances the start address by 256 bytes.
+// * Each K slot [64 rows][D_QK] row-major at a pitch of D_QK + 16 bytes (what a bulk copy of a
+//   row writes; the pitch puts the 8 rows of every ldmatrix 8x16-byte matrix in distinct banks).
+//   The S^T A fragment of a k-step is one ldmatrix.x4 (rows 16*warp … +15, 32 channels), V^T
+//   one ldmatrix.x4.trans per 32 tokens and 16 value columns.
 // * P^T [HEAD_TILE heads][64 positions]: (h/8)*512 + (p/16)*128 + (h%8)*16 + p%16; LBO = 128,
 //   SBO = 512; k-step ks at 256*ks.
 //
-// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[slots] (64 arrivals:
-// 32 cp.async-tracked + 32 plain, the plain ones publishing the block's validity mask) and
-// k_empty[slots] (128 consumer arrivals after the P.V that read the slot); named barrier 1 (the 128
-// consumer threads) for the column-max exchange and the P^T hand-off. Writers of shared memory
-// that wgmma reads execute fence.proxy.async before releasing it.
+// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[slots] (32 arrivals of
+// the slot's gather warp, after its zero rows and the block's validity mask are stored, plus the
+// transaction bytes of its bulk copies) and k_empty[slots] (128 consumer arrivals after the last
+// ldmatrix that read the slot); named barrier 1 (the 128 consumer threads) for the column-max
+// exchange and the P^T hand-off. The Q tile and P^T, which wgmma reads, are fenced with
+// fence.proxy.async; the K slots are read by ldmatrix only.
 //
 // Numerics (identical to sparse_mla_prefill.cu): s2 = dot * sm_scale*q_scale*kv_scale*log2(e);
 // S^T accumulated by the tensor cores over at most 96 channels per fresh accumulator and summed
@@ -98,7 +105,6 @@ struct SparseMlaParams {
 
 namespace sparse_mla_narrow {
 
-constexpr int kThreads = 160;          // warps 0-3: consumer warpgroup; warp 4: gather warp
 constexpr int kConsumerThreads = 128;
 constexpr int kTokensPerBlock = 64;    // wgmma M of S^T
 constexpr int kDV = 512;               // value width
@@ -110,6 +116,10 @@ template <int H>
 constexpr int kSlotsFor = H == 32 ? 4 : 2;
 template <int H>
 constexpr int kCtasPerSmFor = H == 32 ? 1 : 2;
+// Threads per CTA: warps 0-3 = the consumer warpgroup, then one gather warp per K slot (gather
+// warp w fills slot w with blocks w, w + slots, ...).
+template <int H>
+constexpr int kThreadsFor = kConsumerThreads + 32 * kSlotsFor<H>;
 // S^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
 // accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
 constexpr int kQkChunkSteps = 3;
@@ -121,20 +131,21 @@ constexpr float kLn2 = 0.6931471805599453f;
 template <int D_QK, int H>
 struct Smem {
     static constexpr int kChunks = D_QK / 16;                // 16-byte chunks per row
-    static constexpr int kRowGroupBytes = 8 * D_QK;          // SBO of Q / K tiles
-    static constexpr int kTileBytes = kTokensPerBlock * D_QK;
+    static constexpr int kRowGroupBytes = 8 * D_QK;          // SBO of the Q tile
+    static constexpr int kRowStride = D_QK + 16;             // K slot row pitch (bank spread)
+    static constexpr int kTileBytes = kTokensPerBlock * kRowStride;
     static constexpr int kPtBytes = H * kTokensPerBlock;     // one P^T buffer
     static constexpr int kKSlots = kSlotsFor<H>;
     static constexpr int kQ = 0;                             // Q tile  [H heads][D_QK]
-    static constexpr int kK = kQ + H * D_QK;                 // K slots [kKSlots][64 tokens][D_QK]
+    static constexpr int kK = kQ + H * D_QK;                 // K slots [kKSlots][64 tokens][pitch]
     static constexpr int kPt = kK + kKSlots * kTileBytes;    // P^T     [H heads][64 positions]
     static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
     static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
     static constexpr int kMask = kSum + 4 * H * 4;           // u64     [kKSlots] validity masks
     static constexpr int kBars = kMask + kKSlots * 8;        // u64     mbarriers (1 + 2*kKSlots)
     static constexpr int kBytes = kBars + (1 + 2 * kKSlots) * 8;
-    static_assert(kK % 128 == 0, "K slots must stay 128-byte aligned");
-    static_assert(kBytes == (H + 64 * kKSlots) * D_QK + 112 * H + 24 * kKSlots + 8,
+    static_assert(kK % 128 == 0 && kTileBytes % 16 == 0, "K slots must stay 16-byte aligned");
+    static_assert(kBytes == (H + 64 * kKSlots) * D_QK + 112 * H + 1048 * kKSlots + 8,
                   "launch-shape formula in the header");
     static_assert(kCtasPerSmFor<H> * (kBytes + 1024) <= 233472,
                   "the CTAs of one SM must fit in its shared memory");
@@ -201,6 +212,32 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
+                 : "memory");
+}
+
+// Bulk copy engine: `bytes` (a multiple of 16) contiguous bytes global -> shared, completing as
+// transaction bytes on the mbarrier `bar` (16-byte aligned source and destination).
+__device__ __forceinline__ void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// Adds `bytes` to the transaction count the current phase of `bar` waits for (no arrival).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void st_shared_zero16(u32 addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32 (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
                  : "memory");
 }
 
@@ -287,32 +324,37 @@ __device__ __forceinline__ void wgmma_ss(float (&acc)[N / 2], u64 desc_a, u64 de
     }
 }
 
-// acc[64 x N f32] += A[64x32 e4m3, registers] * B[N x 32 e4m3, smem]^T, N = 8, 16 or 32.
+// acc[64 x N f32] (+)= A[64x32 e4m3, registers] * B[N x 32 e4m3, smem]^T, N = 8, 16 or 32;
+// accumulate = 0 overwrites acc.
 template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&acc)[N / 2], const u32 (&a)[4], u64 desc_b) {
+__device__ __forceinline__ void wgmma_rs(float (&acc)[N / 2], const u32 (&a)[4], u64 desc_b,
+                                         u32 accumulate = 1u) {
     if constexpr (N == 8) {
         asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3\n"
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1;\n"
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
             : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     } else if constexpr (N == 16) {
         asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3\n"
-            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1;\n"
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
             : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
               "+f"(acc[6]), "+f"(acc[7])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     } else {
         static_assert(N == 32, "head tile must be 8, 16 or 32");
         asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3\n"
             "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-            " %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+            " %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
             : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
               "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]),
               "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     }
 }
 
@@ -324,8 +366,8 @@ template <int D_QK, int H>
 struct Gather {
     static constexpr int kKSlots = kSlotsFor<H>;
     static constexpr int kChunks = D_QK / 16;
-    static constexpr int kRowGroupBytes = 8 * D_QK;
-    static constexpr int kTileBytes = kTokensPerBlock * D_QK;
+    static constexpr int kRowStride = Smem<D_QK, H>::kRowStride;
+    static constexpr int kTileBytes = Smem<D_QK, H>::kTileBytes;
     u32 k_base;          // shared address of K slot 0
     u32 bars;            // shared address of the mbarrier area
     u64* mask64;         // [kKSlots] validity bits (bit r = token r of the block)
@@ -335,58 +377,70 @@ struct Gather {
     i32 s_kv;
     int lane;
 
-    // Lane l copies 16-byte chunks 4q + l/8 of tokens 8*tg + l%8, tg = 0..7: eight lanes fill one
-    // 128-byte core matrix (conflict-free), four lanes read 64 contiguous bytes of a row.
-    // Index of this lane's token of group tg in block b, or -1 past the valid prefix.
-    __device__ __forceinline__ int load_index(int b, int tg) const {
-        const int j = b * kTokensPerBlock + 8 * tg + (lane & 7);
+    // Lane l gathers tokens l and l + 32 of a block: one bulk copy of D_QK bytes per valid row.
+    // Index of token 32*half + lane of block b, or -1 past the valid prefix.
+    __device__ __forceinline__ int load_index(int b, int half) const {
+        const int j = b * kTokensPerBlock + 32 * half + lane;
         return j < valid_len ? __ldg(idx_row + j) : -1;
     }
 
-    // Issue the gathers of block b into K slot b % kKSlots and arm k_full[slot].
-    __device__ __forceinline__ void issue_block(int b, const int (&idx)[8]) const {
+    // Issue the gathers of block b into K slot b % kKSlots and arrive on k_full[slot]: valid
+    // rows by the bulk copy engine (transaction bytes), invalid rows zero-filled by the warp
+    // (never read from global memory), the validity mask by lane 0.
+    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
         const int slot = b % kKSlots;
         const u32 dst_slot = k_base + slot * kTileBytes;
-        u64 valid_bits = 0;
-#pragma unroll
-        for (int tg = 0; tg < 8; ++tg) {
-            const bool valid = idx[tg] >= 0 && idx[tg] < s_kv;
-            const u8* src = kv + (valid ? (i64)idx[tg] * D_QK : (i64)0) + (lane >> 3) * 16;
-            const u32 src_bytes = valid ? 16u : 0u;
-            const u32 dst = dst_slot + tg * kRowGroupBytes + (lane & 7) * 16 + (lane >> 3) * 128;
-#pragma unroll
-            for (int q = 0; q < kChunks / 4; ++q) {
-                cp_async_16(dst + q * 512, src + q * 64, src_bytes);
+        const u32 full = bars + (kBarKFull + slot) * 8;
+        const bool v0 = idx[0] >= 0 && idx[0] < s_kv;
+        const bool v1 = idx[1] >= 0 && idx[1] < s_kv;
+        const u32 lo = __ballot_sync(0xffffffffu, v0);
+        const u32 hi = __ballot_sync(0xffffffffu, v1);
+        if (lane == 0) {
+            mbar_expect_tx(full, (u32)(__popc(lo) + __popc(hi)) * (u32)D_QK);
+        }
+        __syncwarp();
+        if (v0) {
+            bulk_copy_g2s(dst_slot + lane * kRowStride, kv + (i64)idx[0] * D_QK, D_QK, full);
+        }
+        if (v1) {
+            bulk_copy_g2s(dst_slot + (lane + 32) * kRowStride, kv + (i64)idx[1] * D_QK, D_QK,
+                          full);
+        }
+        // Zero-fill the invalid rows (their scores are masked; zeros keep P.V finite).
+        u64 invalid = ~(((u64)hi << 32) | (u64)lo);
+        while (invalid != 0) {
+            const int r = __ffsll((long long)invalid) - 1;
+            invalid &= invalid - 1;
+            const u32 row = dst_slot + r * kRowStride;
+            st_shared_zero16(row + lane * 16);
+            if (lane < kChunks - 32) {
+                st_shared_zero16(row + (32 + lane) * 16);
             }
-            valid_bits |= (u64)(__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * tg);
         }
         if (lane == 0) {
-            mask64[slot] = valid_bits;
+            mask64[slot] = ((u64)hi << 32) | (u64)lo;
         }
-        const u32 full = bars + (kBarKFull + slot) * 8;
-        mbar_arrive_cp_async(full);
-        mbar_arrive(full);  // release of the mask store
+        mbar_arrive(full);  // 32 arrivals: releases the zero rows and the mask
     }
 
-    __device__ __forceinline__ void run(int num_blocks) const {
-        int idx_cur[8];
-#pragma unroll
-        for (int tg = 0; tg < 8; ++tg) idx_cur[tg] = num_blocks > 0 ? load_index(0, tg) : -1;
-        for (int b = 0; b < num_blocks; ++b) {
-            // Indices of the next block load while this one waits for its slot.
-            int idx_next[8];
-#pragma unroll
-            for (int tg = 0; tg < 8; ++tg) {
-                idx_next[tg] = b + 1 < num_blocks ? load_index(b + 1, tg) : -1;
-            }
+    // Gather warp w: blocks w, w + kKSlots, ... into slot w.
+    __device__ __forceinline__ void run(int w, int num_blocks) const {
+        int idx_cur[2];
+        idx_cur[0] = w < num_blocks ? load_index(w, 0) : -1;
+        idx_cur[1] = w < num_blocks ? load_index(w, 1) : -1;
+        for (int b = w; b < num_blocks; b += kKSlots) {
+            // Indices of this warp's next block load while this one waits for its slot.
+            int idx_next[2];
+            idx_next[0] = b + kKSlots < num_blocks ? load_index(b + kKSlots, 0) : -1;
+            idx_next[1] = b + kKSlots < num_blocks ? load_index(b + kKSlots, 1) : -1;
             if (b >= kKSlots) {
-                // The consumers finished the block that used this slot.
+                // The consumers finished reading the block that used this slot.
                 mbar_wait(bars + (kBarKEmptyFor<H> + b % kKSlots) * 8,
                           (u32)(b / kKSlots - 1) & 1u);
             }
             issue_block(b, idx_cur);
-#pragma unroll
-            for (int tg = 0; tg < 8; ++tg) idx_cur[tg] = idx_next[tg];
+            idx_cur[0] = idx_next[0];
+            idx_cur[1] = idx_next[1];
         }
     }
 };
@@ -398,7 +452,7 @@ struct Gather {
 // ------------------------------------------------------------------------------------------------
 
 template <int D_QK, int HEAD_TILE, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
-__global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
+__global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                                   sparse_mla_narrow::kCtasPerSmFor<HEAD_TILE>)
     sparse_mla_narrow_kernel(const SparseMlaParams p) {
     using namespace sparse_mla_narrow;
@@ -434,17 +488,19 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     if (threadIdx.x == 0) {
         mbar_init(bars + kBarQFull * 8, 32);
         for (int s = 0; s < kKSlots; ++s) {
-            mbar_init(bars + (kBarKFull + s) * 8, 64);
+            mbar_init(bars + (kBarKFull + s) * 8, 32);
             mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
         }
+        // The bulk copy engine (async proxy) completes transactions on these barriers.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (warp == 4) {
+    if (warp >= 4) {
         // ---------------------------------------------------------------- gather warp
         // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
         // zero-filled, never read.
-        if (num_blocks > 0) {
+        if (warp == 4 && num_blocks > 0) {
             const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
             for (int e = lane; e < H * L::kChunks; e += 32) {
                 const int r = e / L::kChunks;
@@ -466,7 +522,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         gather.valid_len = valid_len;
         gather.s_kv = p.s_kv;
         gather.lane = lane;
-        gather.run(num_blocks);
+        gather.run(warp - 4, num_blocks);
         return;
     }
 
@@ -491,10 +547,15 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
     const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
     const u64 pt_desc = make_smem_desc(spt, 128, 512);
-    // ldmatrix row address of this lane inside a 32-token k-step: matrix lane/8 covers tokens
-    // 8*(lane/8) … +7; this warp's 16-byte value-column chunk of an M tile is 4*mt + warp.
-    const u32 v_lane_off = (u32)(lane >> 3) * L::kRowGroupBytes + (u32)warp * 128 +
-                           (u32)(lane & 7) * 16;
+    // ldmatrix row addresses of this lane in a K slot (row-major, pitch kRowStride).
+    // S^T A fragment of a k-step (32 channels): matrix lane/8 = rows 16*warp + 8*((lane/8)&1)
+    // + lane%8, bytes 16*(lane/16) … +15, i.e. registers a0..a3 of the wgmma A fragment.
+    const u32 k_lane_off = (u32)(16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::kRowStride +
+                           (u32)(lane >> 4) * 16;
+    // V^T (ldmatrix.trans) of a 32-token k-step: matrix lane/8 covers tokens 8*(lane/8) … +7,
+    // so lane l addresses token l; this warp's 16-byte value-column chunk of M tile mt is
+    // 4*mt + warp.
+    const u32 v_lane_off = (u32)lane * L::kRowStride + (u32)warp * 16;
     // P^T byte of this thread's S^T row r = 16*warp + g + 8*hr, head column c:
     //   (c/8)*512 + warp*128 + (c%8)*16 + 4*(g/2) + 2*hr + g%2.
     const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + (g & 1));
@@ -515,19 +576,19 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
 
     if (num_blocks > 0) {
         mbar_wait(bars + kBarQFull * 8, 0);
+        fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
     }
 
     for (int b = 0; b < num_blocks; ++b) {
         const int slot = b % kKSlots;
         const u32 k_slot = sk + slot * L::kTileBytes;
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
-        fence_proxy_async();
         const u64 mask = mask64[slot];
-        const u64 k_desc = make_smem_desc(k_slot, 128, L::kRowGroupBytes);
 
         // ---- S^T = K . Q^T, chunks of kQkChunkSteps k-steps into fresh accumulators
         float s[kAcc];
         float part[kQkBuffers][kAcc];
+        u32 ka[kQkBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
 #pragma unroll
@@ -542,17 +603,34 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                 float (&done)[kAcc] = part[(c - kQkBuffers) % kQkBuffers];
                 fence_regs(done);
 #pragma unroll
+                for (int j = 0; j < kQkChunkSteps; ++j) {
+                    asm volatile("" ::"r"(ka[(c - kQkBuffers) % kQkBuffers][j][0]),
+                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][1]),
+                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][2]),
+                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][3])
+                                 : "memory");
+                }
+#pragma unroll
                 for (int i = 0; i < kAcc; ++i) s[i] += done[i];
             }
             if (c < kQkChunks) {
                 float (&acc)[kAcc] = part[c % kQkBuffers];
+                u32 (&fa)[kQkChunkSteps][4] = ka[c % kQkBuffers];
+#pragma unroll
+                for (int j = 0; j < kQkChunkSteps; ++j) {
+                    const int ks = c * kQkChunkSteps + j;
+                    if (ks < kQkSteps) {
+                        ldmatrix_x4(k_slot + k_lane_off + (u32)ks * 32, fa[j]);
+                    }
+                }
                 fence_regs(acc);
                 wgmma_fence();
 #pragma unroll
-                for (int ks = c * kQkChunkSteps; ks < (c + 1) * kQkChunkSteps && ks < kQkSteps;
-                     ++ks) {
-                    wgmma_ss<H>(acc, k_desc + (u64)(ks * 16), q_desc + (u64)(ks * 16),
-                                ks > c * kQkChunkSteps ? 1u : 0u);
+                for (int j = 0; j < kQkChunkSteps; ++j) {
+                    const int ks = c * kQkChunkSteps + j;
+                    if (ks < kQkSteps) {
+                        wgmma_rs<H>(acc, fa[j], q_desc + (u64)(ks * 16), j > 0 ? 1u : 0u);
+                    }
                 }
                 wgmma_commit();
             }
@@ -651,8 +729,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks) {
                 u32 r0, r1, r2, r3;
-                ldmatrix_x4_trans(k_slot + (u32)ks * 4 * L::kRowGroupBytes + v_lane_off +
-                                      (u32)mt * 4 * 128,
+                ldmatrix_x4_trans(k_slot + (u32)ks * 32 * L::kRowStride + v_lane_off +
+                                      (u32)mt * 4 * 16,
                                   r0, r1, r2, r3);
                 fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
                 fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
@@ -667,12 +745,13 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             }
             wgmma_commit();
         }
+        // The slot's last reader (ldmatrix) is done: release it before the tensor cores finish.
+        mbar_arrive(bars + (kBarKEmpty + slot) * 8);
         wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < kValueTiles; ++mt) fence_regs(o[mt]);
         keep_alive(frag[0]);
         keep_alive(frag[1]);
-        mbar_arrive(bars + (kBarKEmpty + slot) * 8);
     }
 
     // ---------------------------------------------------------------- epilogue

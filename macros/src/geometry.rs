@@ -23,10 +23,10 @@ const MAX_TOPK: u64 = 8192;
 const MAX_HEAD_TILE: u64 = 1024;
 /// Query heads per wide sparse-MLA tile.
 const HEAD_TILE: u64 = 64;
-/// Narrow sparse-MLA head tiles the model macro picks, smallest first. The 32-head tile exists
-/// (`HeadTile` admits it) but measured slower than the padded 64-head tile on the H200
-/// (bench/RESULTS.md), so 17..=64 heads per rank get the 64-head tile.
-const NARROW_HEAD_TILES: [u64; 2] = [8, 16];
+/// Narrow sparse-MLA head tiles the model macro picks, smallest first: each measured faster than
+/// the padded 64-head tile on the H200 (bench/RESULTS.md), so 17..=32 heads per rank get the
+/// 32-head tile and 33..=64 the 64-head tile.
+const NARROW_HEAD_TILES: [u64; 3] = [8, 16, 32];
 /// Top-k columns per sparse-MLA loop step.
 const TOPK_STEP: u64 = 128;
 /// Latent (value) width of the sparse MLA prefill.
@@ -101,7 +101,7 @@ impl PrologueKind {
 pub struct MlaKind {
     /// Query heads of the model and per rank.
     pub sharding: Sharding,
-    /// Per-rank heads rounded up to the head tile the macro picks (8, 16 or a multiple of 64).
+    /// Per-rank heads rounded up to the head tile the macro picks (8, 16, 32 or a multiple of 64).
     pub hq_padded: u64,
     /// `kv_lora_rank + qk_rope_head_dim`.
     pub d_qk: u64,
@@ -349,7 +349,7 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
         ));
     }
 
-    // `HeadTile` / `PadsTo`: the fastest measured tile that holds the per-rank heads: 8 or 16
+    // `HeadTile` / `PadsTo`: the fastest measured tile that holds the per-rank heads: 8, 16 or 32
     // (narrow kernel), else a multiple of 64.
     let hq_padded = NARROW_HEAD_TILES
         .into_iter()

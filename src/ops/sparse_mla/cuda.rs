@@ -12,9 +12,6 @@ use crate::error::Result;
 /// Threads per CTA of the 64-head kernel: two consumer warpgroups and a producer warpgroup
 /// (`sparse_mla::kThreads`).
 const THREADS: u32 = 384;
-/// Threads per CTA of the narrow kernel: one consumer warpgroup and a gather warp
-/// (`sparse_mla_narrow::kThreads`).
-const NARROW_THREADS: u32 = 160;
 
 /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
 #[repr(C)]
@@ -56,12 +53,19 @@ pub const fn sparse_mla_narrow_slots(tile: usize) -> usize {
     if tile == 32 { 4 } else { 2 }
 }
 
+/// Threads per CTA of the narrow kernel: one consumer warpgroup and one gather warp per K slot
+/// (`sparse_mla_narrow::kThreadsFor`), 192 for 8 and 16 heads, 256 for 32 heads.
+pub const fn sparse_mla_narrow_threads(tile: usize) -> u32 {
+    (128 + 32 * sparse_mla_narrow_slots(tile)) as u32
+}
+
 /// Dynamic shared memory of one CTA of the narrow kernel,
-/// `(tile + 64·slots)·D_QK + 112·tile + 24·slots + 8` bytes (the kernel asserts the same
-/// formula: Q tile, K slots, P^T, column statistics, validity masks, barriers).
+/// `(tile + 64·slots)·D_QK + 112·tile + 1048·slots + 8` bytes (the kernel asserts the same
+/// formula: Q tile, K slots of 64 rows at a pitch of D_QK + 16 bytes, P^T, column statistics,
+/// validity masks, barriers).
 pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
     let slots = sparse_mla_narrow_slots(tile);
-    ((tile + 64 * slots) * d_qk + 112 * tile + 24 * slots + 8) as u32
+    ((tile + 64 * slots) * d_qk + 112 * tile + 1048 * slots + 8) as u32
 }
 
 impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
@@ -151,9 +155,9 @@ impl SparseMlaLaunch for Cuda {
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match H_Q {
-            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, &params) },
-            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, &params) },
-            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, &params) },
+            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(8, rows, &params) },
+            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(16, rows, &params) },
+            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(32, rows, &params) },
             _ => {
                 let shape = LaunchShape {
                     grid: (rows, 1, 1),
@@ -169,18 +173,20 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of a narrow-tile kernel `K` over `ctas` CTAs (one per query row).
+    /// One launch of a narrow-tile kernel `K` (head tile `tile`) over `ctas` CTAs (one per
+    /// query row).
     ///
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
     unsafe fn launch_narrow<K: CudaKernel<Params = SparseMlaParams>>(
         &self,
+        tile: usize,
         ctas: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
         let shape = LaunchShape {
             grid: (ctas, 1, 1),
-            block: (NARROW_THREADS, 1, 1),
+            block: (sparse_mla_narrow_threads(tile), 1, 1),
             smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
