@@ -44,6 +44,34 @@ pub struct LaunchShape {
     pub smem_bytes: u32,
 }
 
+/// Hashes a `TypeId` by its own bits: it is already a hash, so the kernel lookup of every
+/// launch need not run SipHash over it.
+#[derive(Clone, Copy, Default)]
+pub(super) struct TypeIdHash;
+impl std::hash::BuildHasher for TypeIdHash {
+    type Hasher = TypeIdHasher;
+    fn build_hasher(&self) -> TypeIdHasher {
+        TypeIdHasher(0)
+    }
+}
+/// The hasher of [`TypeIdHash`]: folds the written words.
+pub(super) struct TypeIdHasher(u64);
+impl std::hash::Hasher for TypeIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = self.0.rotate_left(5) ^ v;
+    }
+}
+
 pub(super) struct LoadedKernel {
     function: CudaFunction,
 }
@@ -160,6 +188,9 @@ impl<'a> DeviceArgs<'a> {
     }
 
     fn hold(&mut self, guard: SyncOnDrop<'a>) {
+        if matches!(guard, SyncOnDrop::Record(None)) {
+            return; // a buffer without events (tracking off): nothing to record later
+        }
         // The bound is a property of the kernels' parameter blocks, not of the caller's input.
         assert!(
             self.held < MAX_DEVICE_ARGS,

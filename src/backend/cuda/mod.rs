@@ -45,7 +45,7 @@ pub struct Cuda {
     arch: Arch,
     name: String,
     cache: KernelCache,
-    loaded: Mutex<HashMap<TypeId, launch::LoadedKernel>>,
+    loaded: Mutex<HashMap<TypeId, launch::LoadedKernel, launch::TypeIdHash>>,
 }
 
 impl Cuda {
@@ -107,7 +107,7 @@ impl Cuda {
             arch,
             name,
             cache: KernelCache::from_env(),
-            loaded: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::default()),
         })
     }
 
