@@ -201,7 +201,10 @@ impl CandleRead<'_> {
 /// Runs `f` on a writable view of `tensor`'s CPU storage (rows of `R`, dtype `T`, checked as
 /// by [`CandleRead::cpu`]), through candle's in-place op protocol, and returns what `f`
 /// returns. The storage is locked for writing while `f` runs; other candle tensors can be read
-/// or written (by nesting calls) inside `f`, but not this one's storage again.
+/// or written (by nesting calls) inside `f`, but not one sharing this storage (`pool.i(1)` and
+/// `pool.i(2)` share `pool`'s): candle's lock is not reentrant, so that call would wait
+/// forever. Lend one view of the storage and carve it instead (`Backend::chunks_exact_mut` on
+/// an owned pool, or one `with_cpu_mut` over the whole pool).
 pub fn with_cpu_mut<T: CandleElement, R: RowShape, Out>(
     param: &'static str,
     tensor: &candle_core::Tensor,
