@@ -95,11 +95,15 @@
 //! }
 //! ```
 //!
-//! # 4. The CPU path
+//! # 4. The CPU path, and the two doors
 //!
 //! Declare a `Run…` trait on [`Backend`](crate::backend::Backend) with one method, implement it
 //! for [`Cpu`](crate::backend::Cpu) (plain Rust with the kernel's exact semantics, its
 //! arithmetic in the same order where the results should agree bit for bit) and for
 //! [`Cuda`](crate::backend::Cuda) (fill the parameter block, derive the launch shape, launch).
-//! The kernel's `run` checks the runtime extents once and calls the backend, so the same typed
-//! call runs on both, and a test compares them.
+//! That method is the **raw door**: make it an `unsafe fn` whose `# Safety` section lists the
+//! extents the kernel relies on, since it checks nothing. The kernel's `run` is the **safe
+//! door**: it checks the runtime extents once (returning an [`Error`](crate::Error) that names
+//! the argument) and then calls the raw entry inside `unsafe`, so the same typed call runs on
+//! both backends, a test compares them, and no safe caller can reach the kernel with the wrong
+//! extents. `examples/kernels/head_rmsnorm.rs` is written this way.
