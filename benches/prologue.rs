@@ -258,7 +258,9 @@ fn main() {
 
     // Host cost: typed call (boundary ties + parameter block + launch) vs raw cuLaunchKernel.
     let mut b = mxfp8_batch(&g, &mut rng, 4);
+    let mut b2 = mxfp8_batch(&g, &mut rng, 4);
     run!(mx, &g, &w, b);
+    run!(mx, &g, &w, b2);
     g.synchronize().unwrap();
     let launch = mx
         .launch_plan(
@@ -277,13 +279,69 @@ fn main() {
         .unwrap();
     // Typed and raw launches alternate over rounds (host timings on a VM drift); medians.
     let n = 5_000;
-    let (mut typed_rounds, mut raw_rounds) = (Vec::new(), Vec::new());
+    // The same call with every batch tensor, output and cache plane a view of another
+    // allocation (views of `b`'s batch, fresh outputs and a fresh pool lent as `ViewMut`s).
+    let parts = b.batch.into_parts();
+    let view_batch = VerifyBatch::new(
+        parts.qkvr.view(),
+        parts.cache_indices.view(),
+        parts.cache_mask.view(),
+        parts.loc.view(),
+        parts.tau.as_ref().map(|t| t.view()),
+        Q,
+    )
+    .unwrap();
+    let mut out_parts = Mxfp8Outputs::<Cuda, DQ, DKV>::zeros(&g, 4)
+        .unwrap()
+        .into_parts();
+    let mut pool = shapeproof::layout::Mxfp8KvCache::<Cuda, PAGE, DKV>::zeros(&g, 1)
+        .unwrap()
+        .into_parts();
+    let mut view_out = Mxfp8Outputs::new(
+        out_parts.q.view_mut(),
+        out_parts.q_scales.view_mut(),
+        out_parts.k.view_mut(),
+        out_parts.v.view_mut(),
+    )
+    .unwrap();
+    let mut view_kv = shapeproof::layout::Mxfp8KvCache::from_parts(
+        shapeproof::layout::Mxfp8KvParts {
+            k: pool.k.view_mut(),
+            v: pool.v.view_mut(),
+            k_scales: pool.k_scales.view_mut(),
+            v_scales: pool.v_scales.view_mut(),
+        },
+        1,
+    )
+    .unwrap();
+    let mut run_views = || {
+        mx.run(
+            &g,
+            &w,
+            &mut b.conv,
+            &view_batch,
+            &mut b.windows,
+            &mut view_out,
+            &mut view_kv,
+            None,
+        )
+        .unwrap()
+    };
+    run_views();
+    g.synchronize().unwrap();
+    let (mut typed_rounds, mut view_rounds, mut raw_rounds) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..7 {
         let t0 = Instant::now();
         for _ in 0..n {
-            run!(mx, &g, &w, b);
+            run!(mx, &g, &w, b2);
         }
         typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        g.synchronize().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run_views();
+        }
+        view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         g.synchronize().unwrap();
         let mut params = launch.params;
         let t0 = Instant::now();
@@ -306,10 +364,15 @@ fn main() {
         g.synchronize().unwrap();
     }
     let typed = common::median(&mut typed_rounds);
+    let views = common::median(&mut view_rounds);
     let raw = common::median(&mut raw_rounds);
     println!(
         "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
         typed - raw
+    );
+    println!(
+        "host time per launch from views: {views:.2} µs, overhead over raw {:.2} µs",
+        views - raw
     );
     records.push(Record {
         name: "host_launch".into(),
@@ -317,6 +380,8 @@ fn main() {
             ("typed_us", typed),
             ("raw_us", raw),
             ("overhead_us", typed - raw),
+            ("views_us", views),
+            ("views_overhead_us", views - raw),
         ],
     });
     common::write_json("prologue.json", &records);
