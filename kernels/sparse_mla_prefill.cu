@@ -97,27 +97,6 @@
 // Timing variants showed the gathers (latency exposed when a pair's K rows are not yet resident)
 // and the lock-step softmax between the two consumer WGs are what is left.
 
-// Parameters of one launch. Mirrored field by field by `SparseMlaParams` in
-// src/ops/sparse_mla/cuda.rs: change both together.
-struct SparseMlaParams {
-    const u8* q;                   // [s_q, h_q, D_QK] e4m3; h_q real heads (not padded)
-    const u8* kv;                  // [s_kv, D_QK] e4m3; value = first 512 columns
-    const i32* indices;            // [s_q, topk] rows of kv; invalid: < 0, >= s_kv, or >= length
-    const i32* topk_length;        // [s_q] valid prefix per row (variants with length), else nullptr
-    const float* attn_sink;        // [h_q] sink logit per head (sink variant), else nullptr
-    const float* q_scale;          // [1] dequantization scale of q
-    const float* kv_scale;         // [1] dequantization scale of kv
-    bf16_t* out;                   // [s_q, h_q, 512]
-    float* max_logits;             // [s_q, h_q] natural-log units
-    float* lse;                    // [s_q, h_q] natural-log units
-    float sm_scale;                // softmax scale
-    i32 s_q;
-    i32 s_kv;
-    i32 h_q;                       // real query heads; the kernel pads to 64-head tiles itself
-    i32 head_tiles;                // ceil(h_q / 64)
-    i32 topk;                      // multiple of 128
-};
-
 namespace sparse_mla {
 
 constexpr int kThreads = 384;          // WG0, WG1: consumers; WG2: producer
@@ -166,98 +145,6 @@ constexpr int kBarQFull = 8;
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
 // ------------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ float pos_inf() {
-    return __int_as_float(0x7f800000);
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 r;
-    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// Arrive once all cp.async operations issued so far by this thread have completed.
-__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 zero-fills the destination without reading.
-__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr)
-                 : "memory");
-}
-
-__device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 selector) {
-    u32 r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-    return r;
-}
-
-// wgmma shared-memory matrix descriptor, no-swizzle canonical layout (offsets in bytes).
-__device__ __forceinline__ u64 make_smem_desc(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait points.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        asm volatile("" : "+f"(r[i])::"memory");
-    }
-}
 
 // Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
 __device__ __forceinline__ void keep_alive(const u32 (&a)[4][4]) {

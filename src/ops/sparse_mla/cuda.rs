@@ -1,5 +1,6 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_prefill.cu` for 64-head tiles,
-//! `kernels/sparse_mla_narrow.cu` for a narrow tile of 8, 16 or 32 heads.
+//! `kernels/sparse_mla_narrow.cu` for a narrow tile of 8, 16 or 32 heads; both are compiled after
+//! `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
 
@@ -72,9 +73,17 @@ impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
     for SparseMlaKernel<D_QK, O, TILE>
 {
     const SOURCE: &'static str = if TILE == 64 {
-        include_str!("../../../kernels/sparse_mla_prefill.cu")
+        concat!(
+            include_str!("../../../kernels/sparse_mla_common.cuh"),
+            "\n",
+            include_str!("../../../kernels/sparse_mla_prefill.cu")
+        )
     } else {
-        include_str!("../../../kernels/sparse_mla_narrow.cu")
+        concat!(
+            include_str!("../../../kernels/sparse_mla_common.cuh"),
+            "\n",
+            include_str!("../../../kernels/sparse_mla_narrow.cu")
+        )
     };
     const DYNAMIC_SMEM_BYTES: u32 = if TILE == 64 {
         sparse_mla_smem_bytes(D_QK)
