@@ -60,16 +60,6 @@ impl Backend for Cpu {
         Ok(v)
     }
 
-    fn write<T: Element>(&self, buf: &mut Vec<T>, host: &[T]) -> Result<()> {
-        Error::check_extent("host data", "elements", buf.len(), host.len())?;
-        buf.copy_from_slice(host);
-        Ok(())
-    }
-
-    fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
-        Ok(buf.clone())
-    }
-
     fn download_slice<T: Element>(&self, slice: &&[T]) -> Result<Vec<T>> {
         let mut v = reserve::<T>(slice.len())?;
         v.extend_from_slice(slice);

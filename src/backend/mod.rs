@@ -63,9 +63,13 @@ pub trait Backend {
     /// A buffer holding a copy of `host`.
     fn upload<T: Element>(&self, host: &[T]) -> Result<Self::Buffer<T>>;
     /// Overwrites `buf` with `host` (same length).
-    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, host: &[T]) -> Result<()>;
+    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, host: &[T]) -> Result<()> {
+        self.write_slice(&mut Self::slice_mut(buf), host)
+    }
     /// A host copy of `buf` (waits for the work queued before it).
-    fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>> {
+        self.download_slice(&Self::slice(buf))
+    }
     /// A host copy of a borrowed slice (waits for the work queued before it).
     fn download_slice<T: Element>(&self, slice: &Self::Slice<'_, T>) -> Result<Vec<T>>;
     /// Overwrites a mutably borrowed slice with `host` (same length).

@@ -82,7 +82,7 @@ fn weights<B: Backend>(b: &B) -> PrologueWeights<B, 128, DKV, Conv> {
     PrologueWeights::from_host(b, &g, &g, &taps, &taps, 1e-6).unwrap()
 }
 
-fn bytes<T: Copy, B: Backend>(_: &B, t: &[T], f: impl Fn(T) -> u8) -> Vec<u8> {
+fn bytes<T: Copy>(t: &[T], f: impl Fn(T) -> u8) -> Vec<u8> {
     t.iter().map(|&x| f(x)).collect()
 }
 
@@ -219,18 +219,18 @@ pub fn prologue_through_views<B: RunPrologue>(b: &B, rng: &mut StdRng) {
         // The view and the owned run agree on everything they wrote.
         let same = |a: Vec<u8>, c: Vec<u8>, what: &str| assert!(a == c, "{what} differs");
         same(
-            bytes(b, &kv.k().to_host(b).unwrap(), |x| x.to_bits()),
-            bytes(b, &owned_kv.k().to_host(b).unwrap(), |x| x.to_bits()),
+            bytes(&kv.k().to_host(b).unwrap(), |x| x.to_bits()),
+            bytes(&owned_kv.k().to_host(b).unwrap(), |x| x.to_bits()),
             "k pool layer",
         );
         same(
-            bytes(b, &kv.v_scales().to_host(b).unwrap(), |x| x.0),
-            bytes(b, &owned_kv.v_scales().to_host(b).unwrap(), |x| x.0),
+            bytes(&kv.v_scales().to_host(b).unwrap(), |x| x.0),
+            bytes(&owned_kv.v_scales().to_host(b).unwrap(), |x| x.0),
             "v scales layer",
         );
         same(
-            bytes(b, &out.q().to_host(b).unwrap(), |x| x.to_bits()),
-            bytes(b, &owned_out.q().to_host(b).unwrap(), |x| x.to_bits()),
+            bytes(&out.q().to_host(b).unwrap(), |x| x.to_bits()),
+            bytes(&owned_out.q().to_host(b).unwrap(), |x| x.to_bits()),
             "q_out",
         );
         assert_eq!(

@@ -177,15 +177,6 @@ impl Backend for Cuda {
         Ok(self.stream.clone_htod(host)?)
     }
 
-    fn write<T: Element>(&self, buf: &mut CudaSlice<T>, host: &[T]) -> Result<()> {
-        Error::check_extent("host data", "elements", buf.len(), host.len())?;
-        Ok(self.stream.memcpy_htod(host, buf)?)
-    }
-
-    fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
-        Ok(self.stream.clone_dtoh(buf)?)
-    }
-
     fn download_slice<T: Element>(&self, slice: &CudaView<'_, T>) -> Result<Vec<T>> {
         Ok(self.stream.clone_dtoh(slice)?)
     }
