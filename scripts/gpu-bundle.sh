@@ -13,6 +13,15 @@ log=$(mktemp)
     cargo bench --features gpu-tests --no-run --message-format=json
     cargo build --release --examples --message-format=json
 } 2>/dev/null >"$log"
+# The candle CUDA interop (test and example) links candle's CUDA backend, built with the
+# pinned CUDA 13.0 wheels (scripts/cuda-toolkit.sh), in a target dir of its own.
+(
+    source scripts/cuda-toolkit.sh >&2
+    export CARGO_TARGET_DIR=target/cuda-bundle
+    cargo test --release --features gpu-tests,candle-cuda --no-run --test gpu_candle --message-format=json
+    cargo build --release --features candle-cuda --example candle_layer --message-format=json
+    cargo bench --features gpu-tests,candle-cuda --no-run --bench candle_launch --message-format=json
+) 2>/dev/null >>"$log"
 python3 - "$log" "$out/bin" <<'PY'
 import json, shutil, sys
 log, dest = sys.argv[1], sys.argv[2]
@@ -33,6 +42,13 @@ for line in open(log):
     shutil.copy(exe, f"{dest}/{prefix}{name}")
     print(f"bundled {prefix}{name}")
 PY
+# Binaries that link candle's CUDA kernels carry ~40 MB of device code each: shipped
+# compressed (run.sh unpacks them).
+for exe in "$out"/bin/*; do
+    if [ "$(stat -c %s "$exe")" -gt 16000000 ]; then
+        xz -T2 -6 "$exe"
+    fi
+done
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/fp8_matmul_rate.py "$out/"
 chmod +x "$out/run.sh"

@@ -11,6 +11,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
 export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+# Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
+for packed in "$here"/bin/*.xz; do
+    [ -e "$packed" ] || continue
+    if command -v xz >/dev/null; then
+        xz -d -f "$packed"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$packed" && rm "$packed"
+    fi
+    chmod +x "${packed%.xz}"
+done
 mode=${1:-tests}
 shift || true
 status=0

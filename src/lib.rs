@@ -20,7 +20,7 @@
 //! - [`model!`]: a model's configuration in, its per-rank kernel and cache types out; a
 //!   configuration that breaks a kernel rule does not compile.
 //! - [`kernel`]: how to declare a kernel of your own, with its rules, CUDA source and CPU path.
-//! - `candle` (feature `candle`): candle tensors as checked, zero-copy views and back.
+//! - `candle` (features `candle`, `candle-cuda`): candle tensors as checked, zero-copy views and back.
 
 // Kernel constructors carry the rules as where-clauses on `new`; a `Default` impl would restate
 // them on a trait impl and give a second, less readable error path.

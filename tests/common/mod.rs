@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod boundary;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod prologue;
 pub mod sparse_mla;
 pub mod views;

@@ -21,21 +21,28 @@ use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, sys};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
 
 use super::{Backend, Buffer, Element};
 use crate::error::{Error, Result};
 
-/// Whether a CUDA driver library can be loaded on this machine.
+/// Whether a CUDA driver library can be loaded on this machine. With feature `cuda-linked`
+/// the program is linked against it, so it is present whenever the program runs.
 pub fn driver_present() -> bool {
+    #[cfg(not(feature = "cuda-linked"))]
     // SAFETY: only tries to dlopen the library.
-    unsafe { sys::is_culib_present() }
+    return unsafe { cudarc::driver::sys::is_culib_present() };
+    #[cfg(feature = "cuda-linked")]
+    true
 }
 
-/// Whether the NVRTC library can be loaded on this machine.
+/// Whether the NVRTC library can be loaded on this machine (always, with `cuda-linked`).
 pub fn nvrtc_present() -> bool {
+    #[cfg(not(feature = "cuda-linked"))]
     // SAFETY: only tries to dlopen the library.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    return unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    #[cfg(feature = "cuda-linked")]
+    true
 }
 
 /// One GPU: its context, the stream all work goes to, and the kernels loaded on it.
