@@ -18,3 +18,11 @@ fn ui_check_only() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/check/*.rs");
 }
+
+/// The candle interop's rules (feature `candle`, as `scripts/test.sh` runs the suite).
+#[cfg(feature = "candle")]
+#[test]
+fn ui_candle() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/candle/*.rs");
+}

@@ -13,7 +13,7 @@ use crate::tensor::{RowShape, TensorView, TensorViewMut};
 /// tensors (on the device's own stream).
 ///
 /// Sealed: the views it lends are trusted to cover exactly the checked elements.
-pub trait CandleBackend: Backend + crate::backend::sealed::Sealed + Sized {
+pub trait CandleBackend: Backend + super::sealed::Sealed + Sized {
     /// The backend that runs on `device`; an `Err` when `device` is of another kind. For CUDA,
     /// a backend on the device's stream ([`CudaDevice::cuda_stream`]), so launches are ordered
     /// with candle's own work on it. Make it once per device and keep it.
@@ -241,6 +241,6 @@ mod cuda_backend {
     }
 }
 
-impl crate::backend::sealed::Sealed for Cpu {}
+impl super::sealed::Sealed for Cpu {}
 #[cfg(feature = "candle-cuda")]
-impl crate::backend::sealed::Sealed for crate::backend::Cuda {}
+impl super::sealed::Sealed for crate::backend::Cuda {}

@@ -9,7 +9,7 @@ use crate::dtype::{E8M0, F8E4M3, bf16};
 /// [`CpuStorage`] (and, with feature `candle-cuda`, in a `CudaStorage`).
 ///
 /// Sealed: the views it lends are trusted to hold exactly `Self` values.
-pub trait CandleElement: Element + crate::backend::sealed::Sealed {
+pub trait CandleElement: Element + super::sealed::Sealed {
     /// The candle dtype a shapeproof tensor of this element becomes.
     const DTYPE: DType;
     /// What an `Err` says is expected (`"dtype BF16"`; E8M0 also accepts raw bytes).
@@ -48,7 +48,7 @@ pub trait CandleElement: Element + crate::backend::sealed::Sealed {
 
 macro_rules! candle_element {
     ($($t:ty => $variant:ident, $expected:literal;)*) => {$(
-        impl crate::backend::sealed::Sealed for $t {}
+        impl super::sealed::Sealed for $t {}
         impl CandleElement for $t {
             const DTYPE: DType = DType::$variant;
             const EXPECTED: &'static str = $expected;
@@ -102,7 +102,7 @@ candle_element! {
     u32 => U32, "dtype U32";
 }
 
-impl crate::backend::sealed::Sealed for E8M0 {}
+impl super::sealed::Sealed for E8M0 {}
 
 /// E8M0 scales are bytes: candle's `F8E8M0` (which candle stores as raw bytes) or `U8` (what an
 /// engine on candle's CUDA backend allocates, since that backend cannot create `F8E8M0`).

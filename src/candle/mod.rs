@@ -22,6 +22,16 @@
 mod backend;
 #[cfg(feature = "candle-cuda")]
 mod cuda;
+pub(crate) mod sealed {
+    /// The seal of the candle traits (kept apart from the crate's other seal so that the
+    /// crate's diagnostics do not change with the `candle` feature).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot implement this trait of shapeproof: it is sealed",
+        label = "only the library's own types implement it",
+        note = "the kernels trust the views its implementations lend, so only the element types and backends the library checks implement it"
+    )]
+    pub trait Sealed {}
+}
 mod element;
 mod layout;
 
