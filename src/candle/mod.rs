@@ -93,8 +93,8 @@ impl CandleRead<'_> {
 /// checked as by [`CandleRead::view`]), through candle's in-place op protocol, and returns
 /// what `f` returns. The storage is locked for writing while `f` runs; other candle tensors can
 /// be read or written (by nesting calls) inside `f`, but not one sharing this storage
-/// (`pool.i(1)` and `pool.i(2)` share `pool`'s): candle's lock is not reentrant, so that call
-/// would wait forever. Lend one view of the storage and carve it instead
+/// (`pool.i(1)` and `pool.i(2)` share `pool`'s), and this storage must not be held by a live
+/// [`CandleRead`]: candle's lock is not reentrant, so that call would wait forever. Lend one view of the storage and carve it instead
 /// (`Backend::chunks_exact_mut` on an owned pool, or one `with_mut` over the whole pool).
 pub fn with_mut<B: CandleBackend, T: CandleElement, R: RowShape, Out>(
     param: &'static str,
