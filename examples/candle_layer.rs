@@ -212,18 +212,18 @@ fn layer_step<B: CandleBackend + RunPrologue>(
         })
     })?;
 
-    // q back to candle, consumed by candle code: head 0 of q gathered on the device (a
-    // candle copy kernel reading the kernel's output), then per-head e4m3 logits against
-    // k_out. The logits are formed on the host: candle 0.11.1's CUDA backend cannot cast e4m3
-    // (it looks up `cast_f8e4m3_f32`, its kernels are named `cast_f8_e4m3_f32`).
+    // q and k back to candle, consumed by candle code: k's head 0 cast to f32 where it lies
+    // (a candle kernel reading the prologue's output), q moved to the host and cast there, then
+    // per-head e4m3 logits. (candle 0.11.1's CUDA backend has no working e4m3 kernels: its copy
+    // and cast kernels are looked up as `…_f8e4m3…` but named `…_f8_e4m3…`, so on the GPU e4m3
+    // tensors can only be moved.)
     let parts = out.into_parts();
     let q_scales = parts.q_scales.to_host(&backend)?;
     let q = into_candle("q_out", parts.q, (T, DQ / HD, HD), device)?;
     let k_out = into_candle("k_out", parts.k, (T, DKV / HD, HD), device)?;
-    let q_head0 = q.i((.., 0, ..))?.contiguous()?; // [T, HD] e4m3, on `device`
-    let k_head0 = k_out.i((.., 0, ..))?.to_dtype(DType::F32)?; // [T, HD]
+    let k_head0 = k_out.i((.., 0, ..))?.to_dtype(DType::F32)?; // [T, HD], on `device`
     let host = Device::Cpu;
-    let q_head0 = q_head0.to_device(&host)?.to_dtype(DType::F32)?; // e4m3 values, unscaled
+    let q_head0 = q.to_device(&host)?.i((.., 0, ..))?.to_dtype(DType::F32)?; // e4m3 values
     let logits = q_head0.matmul(&k_head0.to_device(&host)?.t()?)?; // [T, T]
     println!(
         "{}: candle consumed q: logits {:?}, sum {:.3}",
