@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints, every test that runs without a GPU (the
-# candle interop included), the candle example, and the NVRTC compilation of every kernel
-# instantiation the crate uses (no GPU needed).
+# candle interop included), the candle example, the NVRTC compilation of every kernel
+# instantiation the crate uses (no GPU needed), and lints of the candle CUDA interop (built
+# with candle's CUDA backend, whose kernels nvcc compiles from the pinned CUDA 13.0 wheels).
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
@@ -33,3 +34,10 @@ cargo clippy --workspace --all-targets --features gpu-tests -- -D warnings
 cargo test --workspace --features nvrtc-tests,candle
 # The candle example runs end to end on the CPU (candle CPU + the CPU backend) and checks itself.
 cargo run --quiet --example candle_layer --features candle
+# The CUDA half of the candle interop compiles only with candle's CUDA backend, whose build runs
+# nvcc: checked here (not run: no GPU) with the pinned CUDA 13.0 wheels of scripts/cuda-toolkit.sh.
+(
+    source scripts/cuda-toolkit.sh
+    CARGO_TARGET_DIR=target/cuda-bundle cargo clippy --workspace --all-targets \
+        --features gpu-tests,candle-cuda -- -D warnings
+)
