@@ -242,6 +242,45 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
     )
 }
 
+/// Host µs of lending one candle tensor: a read view (bf16), a writable view (bf16), and a
+/// writable E8M0 view of a byte tensor (lent through a foreign buffer over the same memory).
+fn lending_costs(dev: &Device) -> (f64, f64, f64) {
+    let data = Ct::zeros((T, DQ), DType::BF16, dev).unwrap();
+    let bytes = Ct::zeros((T, DQ / 32), DType::U8, dev).unwrap();
+    let n = 20_000;
+    let time = |f: &mut dyn FnMut()| {
+        let mut rounds: Vec<f64> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                for _ in 0..n {
+                    f();
+                }
+                t0.elapsed().as_secs_f64() * 1e6 / n as f64
+            })
+            .collect();
+        common::median(&mut rounds)
+    };
+    let read_us = time(&mut || {
+        let r = read("q", &data);
+        std::hint::black_box(r.cuda::<bf16, shapeproof::tensor::Cols<DQ>>().unwrap());
+    });
+    let write_us = time(&mut || {
+        with_cuda_mut::<bf16, shapeproof::tensor::Cols<DQ>, _>("q", &data, |v| {
+            std::hint::black_box(v);
+            Ok(())
+        })
+        .unwrap()
+    });
+    let e8m0_us = time(&mut || {
+        with_cuda_mut::<E8M0, shapeproof::tensor::Cols<{ DQ / 32 }>, _>("sf", &bytes, |v| {
+            std::hint::black_box(v);
+            Ok(())
+        })
+        .unwrap()
+    });
+    (read_us, write_us, e8m0_us)
+}
+
 fn main() {
     let dev = Device::new_cuda(0).unwrap_or_else(|e| panic!("benchmarks need a CUDA device: {e}"));
     let mut records = Vec::new();
@@ -251,6 +290,7 @@ fn main() {
             unsafe { dev.as_cuda_device().unwrap().disable_event_tracking() };
         }
         let (once, per_call, raw) = measure(&dev);
+        let (read_us, write_us, e8m0_us) = lending_costs(&dev);
         let label = if tracking {
             "event tracking on"
         } else {
@@ -261,6 +301,9 @@ fn main() {
             once - raw,
             per_call - raw
         );
+        println!(
+            "  lending one tensor: read view {read_us:.3} µs, writable view {write_us:.3} µs, writable E8M0 view of bytes {e8m0_us:.3} µs"
+        );
         records.push(Record {
             name: format!("candle_launch_tracking_{tracking}"),
             fields: vec![
@@ -269,6 +312,9 @@ fn main() {
                 ("lent_once_overhead_us", once - raw),
                 ("lent_per_call_us", per_call),
                 ("lent_per_call_overhead_us", per_call - raw),
+                ("lend_read_us", read_us),
+                ("lend_write_us", write_us),
+                ("lend_write_e8m0_us", e8m0_us),
             ],
         });
     }

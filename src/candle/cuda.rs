@@ -11,11 +11,14 @@ use crate::dtype::E8M0;
 /// inside the buffer.
 ///
 /// cudarc types a mutable view by its buffer's element type and cannot re-type a sub-range of
-/// one, so the range is lent through a [`ForeignDeviceBuffer`] over the same memory, on the
-/// buffer's stream, that lives only while `f` runs. Ordering is that of a view of `bytes`
-/// itself: the foreign buffer's write event is recorded on `bytes`' stream before `f` (a launch
-/// on another stream waits for the work queued there), and dropping it makes that stream wait
-/// for what `f` queued on it (`leak` waits on its events), before `bytes` is used again.
+/// one. A range that starts at a multiple of its length (a layer of a pool of equal layers, or
+/// the whole buffer) is one of the equal chunks of the whole buffer re-typed, and keeps the
+/// buffer's own events. Any other range is lent through a [`ForeignDeviceBuffer`] over the same
+/// memory, on the buffer's stream, that lives only while `f` runs; ordering is then that of a
+/// view of `bytes` itself: the buffer's pending work is waited for first, the foreign buffer's
+/// write event is recorded on `bytes`' stream before `f` (a launch on another stream waits for
+/// the work queued there), and dropping it makes that stream wait for what `f` queued (`leak`
+/// waits on its events) before `bytes` is used again.
 pub(crate) fn with_bytes_as_e8m0<Out>(
     bytes: &mut CudaSlice<u8>,
     range: Range<usize>,
@@ -23,6 +26,17 @@ pub(crate) fn with_bytes_as_e8m0<Out>(
 ) -> Option<Out> {
     if range.start > range.end || range.end > bytes.len() {
         return None;
+    }
+    let len = range.len();
+    // SAFETY (both re-typings): bytes viewed as as many `E8M0` (`repr(transparent)` over `u8`,
+    // every bit pattern valid).
+    if len == 0 {
+        return Some(f(unsafe { bytes.transmute_mut::<E8M0>(0) }?));
+    }
+    if range.start.is_multiple_of(len) {
+        let total = bytes.len();
+        let all = unsafe { bytes.transmute_mut::<E8M0>(total) }?;
+        return Some(f(all.chunks_exact_mut(len).nth(range.start / len)?));
     }
     let stream = bytes.stream().clone();
     // The storage's own ordering first: its pending reads and writes are waited for here.

@@ -147,6 +147,26 @@ pub fn scale_planes_are_lent_from_bytes<H: Harness>(h: &H) {
             after[32..64],
             fresh.iter().map(|e| e.0).collect::<Vec<_>>()[..]
         );
+        // A range that does not start at a multiple of its length: bytes 40..56.
+        let odd = pool.flatten_all().unwrap().narrow(0, 40, 16).unwrap();
+        let marks: Vec<E8M0> = (0..16).map(|i| E8M0(3 * i + 1)).collect();
+        with_mut::<H::B, E8M0, Cols<16>, _>("sf", &odd, |mut v| v.write(&backend, &marks)).unwrap();
+        backend.synchronize().unwrap();
+        let again = bytes_of(&backend, pool);
+        assert_eq!(
+            again[..40],
+            after[..40],
+            "bytes before the odd range untouched"
+        );
+        assert_eq!(
+            again[56..],
+            after[56..],
+            "bytes after the odd range untouched"
+        );
+        assert_eq!(
+            again[40..56],
+            marks.iter().map(|e| e.0).collect::<Vec<_>>()[..]
+        );
     }
 }
 
