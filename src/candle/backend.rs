@@ -16,7 +16,9 @@ use crate::tensor::{RowShape, TensorView, TensorViewMut};
 pub trait CandleBackend: Backend + super::sealed::Sealed + Sized {
     /// The backend that runs on `device`; an `Err` when `device` is of another kind. For CUDA,
     /// a backend on the device's stream ([`CudaDevice::cuda_stream`]), so launches are ordered
-    /// with candle's own work on it. Make it once per device and keep it.
+    /// with candle's own work on it. Make it once per device and keep it. (`Device::new_cuda`
+    /// gives candle's per-thread default stream, one stream per host thread: launch from the
+    /// thread that runs the candle ops, or make the device with `Device::new_cuda_with_stream`.)
     ///
     /// [`CudaDevice::cuda_stream`]: candle_core::CudaDevice
     fn for_device(device: &Device) -> Result<Self>;
@@ -212,7 +214,10 @@ mod cuda_backend {
                 return Err(mismatch(param, "a CUDA device", device_name(device)));
             };
             let stream = d.cuda_stream();
-            if buffer.stream().cu_stream() != stream.cu_stream() {
+            // Stream handles alone do not name a stream: the legacy and per-thread default
+            // streams have the same handle in every context.
+            let same_context = buffer.context().cu_ctx() == stream.context().cu_ctx();
+            if !same_context || buffer.stream().cu_stream() != stream.cu_stream() {
                 return Err(mismatch(
                     param,
                     format!("a buffer on the stream of {}", device_name(device)),

@@ -57,7 +57,7 @@ impl Rows {
         let dims = layout.dims();
         let split = (0..=dims.len())
             .rev()
-            .find(|&k| dims[k..].iter().product::<usize>() == R::COLS);
+            .find(|&k| product(&dims[k..]) == Some(R::COLS));
         let Some(split) = split else {
             return Err(mismatch(
                 param,
@@ -69,7 +69,13 @@ impl Rows {
                 format!("shape {dims:?}"),
             ));
         };
-        let rows: usize = dims[..split].iter().product();
+        let rows = product(&dims[..split]).ok_or_else(|| {
+            mismatch(
+                param,
+                "a shape whose element count fits in usize",
+                format!("{dims:?}"),
+            )
+        })?;
         let len = Error::elements(param, rows, R::COLS)?;
         let start = layout.start_offset();
         match start.checked_add(len) {
@@ -84,4 +90,10 @@ impl Rows {
             )),
         }
     }
+}
+
+/// The product of `dims`, or `None` when it overflows (a broadcast shape can claim more
+/// elements than any memory holds).
+pub(crate) fn product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }

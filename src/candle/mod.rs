@@ -94,7 +94,9 @@ impl CandleRead<'_> {
 /// what `f` returns. The storage is locked for writing while `f` runs; other candle tensors can
 /// be read or written (by nesting calls) inside `f`, but not one sharing this storage
 /// (`pool.i(1)` and `pool.i(2)` share `pool`'s), and this storage must not be held by a live
-/// [`CandleRead`]: candle's lock is not reentrant, so that call would wait forever. Lend one view of the storage and carve it instead
+/// [`CandleRead`]: candle's lock is not reentrant, so that call would wait forever. (Keep one
+/// [`CandleRead`] per storage too: candle's lock lets a waiting writer of another thread go
+/// first, so a second read of the same storage on this thread could wait behind it.) Lend one view of the storage and carve it instead
 /// (`Backend::chunks_exact_mut` on an owned pool, or one `with_mut` over the whole pool).
 pub fn with_mut<B: CandleBackend, T: CandleElement, R: RowShape, Out>(
     param: &'static str,
@@ -197,7 +199,7 @@ pub fn into_candle<B: CandleBackend, T: CandleElement, R: RowShape>(
 ) -> Result<candle_core::Tensor> {
     let shape = shape.into();
     let len = tensor.rows() * R::COLS;
-    if shape.elem_count() != len {
+    if layout::product(shape.dims()) != Some(len) {
         return Err(mismatch(
             param,
             format!("a shape of {len} elements"),

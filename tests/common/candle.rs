@@ -78,6 +78,15 @@ pub fn wrong_dtype_shape_and_strides_are_errors<H: Harness>(h: &H) {
         err_text(read("sfk", &t).view::<H::B, E8M0, Cols<8>>()),
         "`sfk`: expected dtype F8E8M0 or U8, got F32"
     );
+    // A broadcast shape whose element count overflows usize is an error, not a panic.
+    let huge = Ct::zeros((1, 1, 0), DType::F32, &h.device())
+        .unwrap()
+        .broadcast_as((1usize << 40, 1usize << 40, 0))
+        .unwrap();
+    assert!(
+        err_text(read("x", &huge).view::<H::B, f32, Cols<4>>())
+            .starts_with("`x`: expected rows of 4 elements")
+    );
     let tt = t.t().unwrap(); // [8, 4], strides [1, 8]
     assert!(
         err_text(read("k", &tt).view::<H::B, f32, Cols<4>>())
@@ -147,6 +156,18 @@ pub fn scale_planes_are_lent_from_bytes<H: Harness>(h: &H) {
             after[32..64],
             fresh.iter().map(|e| e.0).collect::<Vec<_>>()[..]
         );
+        // A range at the start whose length does not divide the storage: bytes 0..64.
+        let head = pool.narrow(0, 0, 2).unwrap();
+        let firsts: Vec<E8M0> = (0..64).map(|i| E8M0(i + 100)).collect();
+        with_mut::<H::B, E8M0, Cols<32>, _>("sf", &head, |mut v| v.write(&backend, &firsts))
+            .unwrap();
+        backend.synchronize().unwrap();
+        let after = bytes_of(&backend, pool);
+        assert_eq!(
+            after[..64],
+            firsts.iter().map(|e| e.0).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(after[64..], before[64..], "bytes after the range untouched");
         // A range that does not start at a multiple of its length: bytes 40..56.
         let odd = pool.flatten_all().unwrap().narrow(0, 40, 16).unwrap();
         let marks: Vec<E8M0> = (0..16).map(|i| E8M0(3 * i + 1)).collect();

@@ -146,9 +146,12 @@ const MAX_DEVICE_ARGS: usize = 26;
 /// Admitting a buffer checks where it lives, never its extent (the typed boundary did that):
 /// it must belong to the backend's context, and it must be ordered on the backend's stream
 /// unless the context tracks cross-stream use with events. When the context tracks events,
-/// the guards make the launch wait for earlier writes and record its own reads and writes, so
-/// a buffer on another stream is neither reused nor freed under the kernel. Nothing here
-/// allocates.
+/// the guards make the launch wait for earlier writes and record its own reads and writes in
+/// the buffer's events, which its home stream waits for before it writes or frees the buffer.
+/// cudarc keeps one read event per buffer: when the buffer is read again on a third stream
+/// after this launch, that read's event replaces this one, so a buffer shared across streams
+/// must stay alive until the launch's stream has passed it (synchronize it, or order the
+/// streams) when more than two streams read it. Nothing here allocates.
 pub(crate) struct DeviceArgs<'a> {
     stream: &'a CudaStream,
     guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
