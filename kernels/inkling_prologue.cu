@@ -53,7 +53,7 @@
 // * Long batches are bound by instruction issue at the occupancy 64 registers allow, not by DRAM:
 //   ncu, extend MXFP8 T = 16384: 1,169 warp instructions per token, issue slots 76% busy, 2.8
 //   eligible warps per scheduler, 43% achieved occupancy, DRAM 33% (at ncu's locked clock). Two
-//   cuts, bit-identical again (1,093 per token, MXFP8 3-5% faster at T >= 16384):
+//   cuts, bit-identical again (1,093 per token, MXFP8 2-5% faster at T >= 16384):
 //   - a rounding whose f32 result is used again (q before tau, q before the encoder, k before its
 //     norm) is one cvt.rn.bf16x2 with +0 in the low half (round_bf16_one_op): the register is the
 //     rounded f32, instead of a packing cvt per pair plus a shift or mask per value;
@@ -63,8 +63,8 @@
 //   before the token are read before the sequence metadata (extend MXFP8 3% faster at T >= 16384).
 //   Tried and dropped: two tokens per k/v thread (the second token of the same sequence reuses the
 //   first one's history rows and the weights): bit-identical, but 72-80 registers (6-7 blocks per
-//   SM), 5-10% slower at T >= 4096 and +0.7 us per call at small batches. Capping registers at 56
-//   (9 blocks per SM, no spills for extend): within +-2%, mixed.
+//   SM), 5-15% slower at T >= 4096 and +0.6-0.8 us per call at small batches. Capping registers
+//   at 56 (9 blocks per SM, no spills for extend): within +-4%, mixed.
 // * PDL: the kernels execute `griddepcontrol.wait` before their first global read and
 //   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
 //   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.

@@ -35,6 +35,7 @@ for line in open(log):
 PY
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/fp8_matmul_rate.py "$out/"
+cp bench/prologue_torch.py "$out/"
 chmod +x "$out/run.sh"
 rm -f "$log"
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"
