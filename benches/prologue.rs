@@ -1,12 +1,17 @@
-//! Benchmark of the Inkling verify prologue at TP8 geometry (HQ 8, HKV 1, head dim 128, W 4,
-//! q = 4 draft tokens, tau on): bf16 store vs MXFP8 store,
-//! - small batches B = 1, 4, 16, 64 replayed from a CUDA graph (GPU time per call),
-//! - large T = 16384 and 65536 tokens with rotating inputs larger than L2 (bandwidth against the
-//!   device copy bandwidth measured in the same run),
+//! Benchmark of the Inkling prologue at TP8 geometry (HQ 8, HKV 1, head dim 128, W 4, tau on):
+//! bf16 store vs MXFP8 store,
+//! - small verify batches (q = 4 draft tokens) B = 1, 4, 16, 32, 64 replayed from a CUDA graph
+//!   (GPU time per call),
+//! - long batches T = 4096, 16384 and 65536 of the verify step (q = 4) and of the extend step
+//!   (prefill: sequences of 1024 tokens with cached history, conv state updated after), as an
+//!   engine runs them: GPU time per call of a graph of back-to-back calls rotating over input
+//!   sets larger than L2, against the device copy bandwidth measured in the same run,
 //! - host cost of one typed launch against a raw `cuLaunchKernel` of the same kernel.
 //!
 //! Bytes are the unique bytes a call must move: the q/k/v slices of qkvr, conv history, weights
-//! and metadata read; q/k/v outputs, KV rows (+ scales) and saved windows written.
+//! and metadata read; q/k/v outputs, KV rows (+ scales), saved windows (verify) and the new conv
+//! state (extend) written. Every row goes to `prologue.json` ($BENCH_JSON_DIR or ./), which
+//! `bench/prologue_torch.py` reads to print the same steps in PyTorch beside these figures.
 //! Run on the H200 through `scripts/gpu-bundle.sh` (`run.sh bench`); needs `--features gpu-tests`.
 
 mod common;
@@ -28,17 +33,51 @@ const DKV: usize = 128;
 const Q: usize = 4;
 const W: usize = 4;
 const PAGE: usize = 128;
+const ROW: usize = 1408;
+/// Tokens per sequence of the extend (prefill) batches.
+const EXTEND_SEQ_LEN: usize = 1024;
+/// Token counts of the long batches.
+const LONG_TOKENS: [usize; 3] = [4096, 16384, 65536];
+/// Calls per captured graph.
+const GRAPH_CALLS: usize = 20;
 type Row = PackedRow<DQ, DKV, 128>;
 type Conv = InklingConv;
 
-/// Unique bytes one verify call moves at this geometry.
-fn bytes_moved(tokens: usize, mxfp8: bool) -> f64 {
-    let seqs = tokens / Q;
+/// The two steps that run long batches.
+#[derive(Clone, Copy, PartialEq)]
+enum Step {
+    Verify,
+    Extend,
+}
+
+impl Step {
+    fn name(self) -> &'static str {
+        match self {
+            Step::Verify => "verify",
+            Step::Extend => "extend",
+        }
+    }
+    fn seqs(self, tokens: usize) -> usize {
+        match self {
+            Step::Verify => tokens / Q,
+            Step::Extend => tokens.div_ceil(EXTEND_SEQ_LEN),
+        }
+    }
+}
+
+/// Unique bytes one call of `step` moves at this geometry.
+fn bytes_moved(step: Step, tokens: usize, mxfp8: bool) -> f64 {
+    let seqs = step.seqs(tokens);
+    let history = seqs * 2 * (W - 1) * DKV * 2; // conv state of k and v, one [W-1, DKV] each
+    let (token_meta, seq_meta) = match step {
+        Step::Verify => (8 + 4, 4 + 1),         // loc, tau; cache index, mask
+        Step::Extend => (8 + 4 + 4, 8 + 4 + 2), // + seq_of_token; cu_seqlens, index, two masks
+    };
     let read = tokens * (DQ + 2 * DKV) * 2      // q, k, v slices of qkvr
-        + seqs * 2 * (W - 1) * DKV * 2         // conv history of k and v
+        + history
         + 2 * DKV * W * 2 + 2 * 128 * 2        // conv taps, gammas
-        + tokens * (8 + 4)                     // loc, tau
-        + seqs * (4 + 1); // cache index, mask
+        + tokens * token_meta
+        + seqs * seq_meta;
     let q_out = if mxfp8 {
         tokens * (DQ + DQ / 32)
     } else {
@@ -49,17 +88,151 @@ fn bytes_moved(tokens: usize, mxfp8: bool) -> f64 {
     } else {
         2 * tokens * DKV * 2
     };
-    let written = q_out + 2 * tokens * DKV * 2 + kv_store + 2 * seqs * Q * (W - 1) * DKV * 2;
+    let state = match step {
+        Step::Verify => 2 * seqs * Q * (W - 1) * DKV * 2, // saved windows
+        Step::Extend => history,                          // the updated conv state
+    };
+    let written = q_out + 2 * tokens * DKV * 2 + kv_store + state;
     (read + written) as f64
 }
 
-/// One verify batch with everything it needs, on the GPU.
-struct Batch<S: Store> {
+/// The kernels, outputs and KV pool of a store, made for the benchmark.
+trait BenchStore: Store + Sized {
+    fn verify_kernel() -> Prologue<Verify, Self, 128, DQ, DKV, Row, Conv>;
+    fn extend_kernel() -> Prologue<Extend, Self, 128, DQ, DKV, Row, Conv>;
+    fn outputs(g: &Cuda, tokens: usize) -> Self::Outputs<Cuda, DQ, DKV, Owned>;
+    fn pool(g: &Cuda, pages: usize) -> Self::Cache<Cuda, DKV, Owned>;
+}
+
+impl BenchStore for Bf16Store<PAGE> {
+    fn verify_kernel() -> Bf16Prologue<Verify, 128, DQ, DKV, Row, Conv, PAGE> {
+        Bf16Prologue::new()
+    }
+    fn extend_kernel() -> Bf16Prologue<Extend, 128, DQ, DKV, Row, Conv, PAGE> {
+        Bf16Prologue::new()
+    }
+    fn outputs(g: &Cuda, tokens: usize) -> Bf16Outputs<Cuda, DQ, DKV> {
+        Bf16Outputs::zeros(g, tokens).unwrap()
+    }
+    fn pool(g: &Cuda, pages: usize) -> shapeproof::layout::PagedBf16Kv<Cuda, PAGE, DKV> {
+        shapeproof::layout::PagedBf16Kv::zeros(g, pages).unwrap()
+    }
+}
+
+impl BenchStore for Mxfp8Store<PAGE> {
+    fn verify_kernel() -> Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE> {
+        Mxfp8Prologue::new()
+    }
+    fn extend_kernel() -> Mxfp8Prologue<Extend, DQ, DKV, Row, Conv, PAGE> {
+        Mxfp8Prologue::new()
+    }
+    fn outputs(g: &Cuda, tokens: usize) -> Mxfp8Outputs<Cuda, DQ, DKV> {
+        Mxfp8Outputs::zeros(g, tokens).unwrap()
+    }
+    fn pool(g: &Cuda, pages: usize) -> shapeproof::layout::Mxfp8KvCache<Cuda, PAGE, DKV> {
+        shapeproof::layout::Mxfp8KvCache::zeros(g, pages).unwrap()
+    }
+}
+
+/// Host inputs shared by the batches of one token count (every set gets its own device copy).
+struct HostInputs {
+    qkvr: Vec<bf16>,
+    tau: Vec<f32>,
+}
+
+fn host_inputs(rng: &mut StdRng, tokens: usize) -> HostInputs {
+    HostInputs {
+        qkvr: (0..tokens * ROW)
+            .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
+            .collect(),
+        tau: (0..tokens)
+            .map(|_| 1.0 + rng.random::<f32>() * 0.2)
+            .collect(),
+    }
+}
+
+/// A verify call's tensors, on the GPU.
+struct VerifyCase<S: BenchStore> {
     batch: VerifyBatch<Cuda, Row>,
     windows: VerifyWindows<Cuda, DKV, Conv>,
     conv: ConvState<Cuda, DKV, Conv>,
     out: S::Outputs<Cuda, DQ, DKV, Owned>,
     kv: S::Cache<Cuda, DKV, Owned>,
+}
+
+/// An extend call's tensors, on the GPU.
+struct ExtendCase<S: BenchStore> {
+    batch: ExtendBatch<Cuda, Row, Conv>,
+    conv: ConvState<Cuda, DKV, Conv>,
+    out: S::Outputs<Cuda, DQ, DKV, Owned>,
+    kv: S::Cache<Cuda, DKV, Owned>,
+}
+
+fn pages(tokens: usize) -> usize {
+    tokens.div_ceil(PAGE)
+}
+
+fn verify_case<S: BenchStore>(g: &Cuda, host: &HostInputs) -> VerifyCase<S> {
+    let tokens = host.tau.len();
+    let seqs = tokens / Q;
+    let loc: Vec<i64> = (0..tokens as i64).collect();
+    let batch = VerifyBatch::new(
+        Tensor::from_host(g, "qkvr", &host.qkvr, tokens).unwrap(),
+        Tensor::from_host(
+            g,
+            "cache_indices",
+            &(0..seqs as i32).collect::<Vec<_>>(),
+            seqs,
+        )
+        .unwrap(),
+        Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
+        Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
+        Some(Tensor::from_host(g, "tau", &host.tau, tokens).unwrap()),
+        Q,
+    )
+    .unwrap();
+    VerifyCase {
+        batch,
+        windows: VerifyWindows::zeros(g, seqs, Q).unwrap(),
+        conv: ConvState::zeros(g, seqs).unwrap(),
+        out: S::outputs(g, tokens),
+        kv: S::pool(g, pages(tokens)),
+    }
+}
+
+fn extend_case<S: BenchStore>(g: &Cuda, host: &HostInputs) -> ExtendCase<S> {
+    let tokens = host.tau.len();
+    let seqs = Step::Extend.seqs(tokens);
+    let cu: Vec<i64> = (0..=seqs)
+        .map(|s| (s * EXTEND_SEQ_LEN).min(tokens) as i64)
+        .collect();
+    let seq_of_token: Vec<i32> = (0..tokens).map(|t| (t / EXTEND_SEQ_LEN) as i32).collect();
+    let loc: Vec<i64> = (0..tokens as i64).collect();
+    let batch = ExtendBatch::new(
+        Tensor::from_host(g, "qkvr", &host.qkvr, tokens).unwrap(),
+        Tensor::from_host(g, "cu_seqlens", &cu, seqs + 1).unwrap(),
+        Tensor::from_host(g, "seq_of_token", &seq_of_token, tokens).unwrap(),
+        Tensor::from_host(
+            g,
+            "cache_indices",
+            &(0..seqs as i32).collect::<Vec<_>>(),
+            seqs,
+        )
+        .unwrap(),
+        Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
+        Tensor::from_host(g, "has_initial_state", &vec![1u8; seqs], seqs).unwrap(),
+        Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
+        Some(Tensor::from_host(g, "tau", &host.tau, tokens).unwrap()),
+        None,
+        true,
+    )
+    .unwrap();
+    ExtendCase {
+        batch,
+        conv: ConvState::zeros(g, seqs).unwrap(),
+        out: S::outputs(g, tokens),
+        kv: S::pool(g, pages(tokens)),
+    }
 }
 
 fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> {
@@ -79,108 +252,43 @@ fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> 
     .unwrap()
 }
 
-/// The store-independent part of a verify batch.
-struct VerifyParts {
-    batch: VerifyBatch<Cuda, Row>,
-    windows: VerifyWindows<Cuda, DKV, Conv>,
-    conv: ConvState<Cuda, DKV, Conv>,
-    pages: usize,
-}
-
-fn verify_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> VerifyParts {
-    let seqs = tokens / Q;
-    let qkvr: Vec<bf16> = (0..tokens * 1408)
-        .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
-        .collect();
-    let slots = tokens.div_ceil(PAGE) * PAGE;
-    let loc: Vec<i64> = (0..tokens as i64).collect();
-    let tau: Vec<f32> = (0..tokens)
-        .map(|_| 1.0 + rng.random::<f32>() * 0.2)
-        .collect();
-    let batch = VerifyBatch::new(
-        Tensor::from_host(g, "qkvr", &qkvr, tokens).unwrap(),
-        Tensor::from_host(
-            g,
-            "cache_indices",
-            &(0..seqs as i32).collect::<Vec<_>>(),
-            seqs,
-        )
-        .unwrap(),
-        Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
-        Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
-        Some(Tensor::from_host(g, "tau", &tau, tokens).unwrap()),
-        Q,
-    )
-    .unwrap();
-    let windows = VerifyWindows::zeros(g, seqs, Q).unwrap();
-    let conv = ConvState::zeros(g, seqs).unwrap();
-    VerifyParts {
-        batch,
-        windows,
-        conv,
-        pages: slots / PAGE,
-    }
-}
-
-fn bf16_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> Batch<Bf16Store<PAGE>> {
-    let VerifyParts {
-        batch,
-        windows,
-        conv,
-        pages,
-    } = verify_batch(g, rng, tokens);
-    Batch {
-        batch,
-        windows,
-        conv,
-        out: Bf16Outputs::zeros(g, tokens).unwrap(),
-        kv: shapeproof::layout::PagedBf16Kv::zeros(g, pages).unwrap(),
-    }
-}
-
-fn mxfp8_batch(g: &Cuda, rng: &mut StdRng, tokens: usize) -> Batch<Mxfp8Store<PAGE>> {
-    let VerifyParts {
-        batch,
-        windows,
-        conv,
-        pages,
-    } = verify_batch(g, rng, tokens);
-    Batch {
-        batch,
-        windows,
-        conv,
-        out: Mxfp8Outputs::zeros(g, tokens).unwrap(),
-        kv: shapeproof::layout::Mxfp8KvCache::zeros(g, pages).unwrap(),
-    }
-}
-
-macro_rules! run {
-    ($kernel:expr, $g:expr, $w:expr, $b:expr) => {{
-        let b = &mut $b;
+macro_rules! run_verify {
+    ($kernel:expr, $g:expr, $w:expr, $c:expr) => {{
+        let c = &mut $c;
         $kernel
             .run(
                 $g,
                 $w,
-                &mut b.conv,
-                &b.batch,
-                &mut b.windows,
-                &mut b.out,
-                &mut b.kv,
+                &mut c.conv,
+                &c.batch,
+                &mut c.windows,
+                &mut c.out,
+                &mut c.kv,
                 None,
             )
             .unwrap()
     }};
 }
 
-/// GPU time per call of `calls` launches captured in one graph and replayed.
-fn graph_us(g: &Cuda, calls: usize, mut launch: impl FnMut()) -> f64 {
-    launch(); // load the kernel before capture
+macro_rules! run_extend {
+    ($kernel:expr, $g:expr, $w:expr, $c:expr) => {{
+        let c = &mut $c;
+        $kernel
+            .run($g, $w, &mut c.conv, &c.batch, &mut c.out, &mut c.kv, None)
+            .unwrap()
+    }};
+}
+
+/// GPU time per call of `calls` launches captured in one graph and replayed; `launch(i)` queues
+/// call `i` (the benchmark rotates input sets with it).
+fn graph_us(g: &Cuda, calls: usize, mut launch: impl FnMut(usize)) -> f64 {
+    launch(0); // load the kernel before capture
     g.synchronize().unwrap();
     g.stream()
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .unwrap();
-    for _ in 0..calls {
-        launch();
+    for i in 0..calls {
+        launch(i);
     }
     let graph = g
         .stream()
@@ -188,7 +296,43 @@ fn graph_us(g: &Cuda, calls: usize, mut launch: impl FnMut()) -> f64 {
         .unwrap()
         .expect("a captured graph");
     graph.upload().unwrap();
-    time_us(g, 5, 50, |_| graph.launch().unwrap()) / calls as f64
+    time_us(g, 3, 30, |_| graph.launch().unwrap()) / calls as f64
+}
+
+/// Input sets to rotate over so that one call's inputs are evicted from the 60 MB L2 before
+/// they are read again (at least 400 MB of qkvr in all, 2 to 8 sets).
+fn rotating_sets(tokens: usize) -> usize {
+    (400_000_000 / (tokens * ROW * 2)).clamp(2, 8)
+}
+
+/// GPU time per call of one long batch of `step` with store `S`, graph of back-to-back calls.
+fn long_batch_us<S: BenchStore>(
+    g: &Cuda,
+    w: &PrologueWeights<Cuda, 128, DKV, Conv>,
+    step: Step,
+    host: &HostInputs,
+) -> f64
+where
+    Prologue<Verify, S, 128, DQ, DKV, Row, Conv>: PrologueKernel,
+    Prologue<Extend, S, 128, DQ, DKV, Row, Conv>: PrologueKernel,
+{
+    let sets = rotating_sets(host.tau.len());
+    match step {
+        Step::Verify => {
+            let kernel = S::verify_kernel();
+            let mut cases: Vec<_> = (0..sets).map(|_| verify_case::<S>(g, host)).collect();
+            graph_us(g, GRAPH_CALLS, |i| {
+                run_verify!(kernel, g, w, cases[i % sets])
+            })
+        }
+        Step::Extend => {
+            let kernel = S::extend_kernel();
+            let mut cases: Vec<_> = (0..sets).map(|_| extend_case::<S>(g, host)).collect();
+            graph_us(g, GRAPH_CALLS, |i| {
+                run_extend!(kernel, g, w, cases[i % sets])
+            })
+        }
+    }
 }
 
 fn main() {
@@ -208,12 +352,13 @@ fn main() {
 
     println!("\n| B (q=4) | T | bf16 store µs/call | MXFP8 store µs/call | MXFP8 / bf16 |");
     println!("|---|---|---|---|---|");
-    for seqs in [1usize, 4, 16, 64] {
+    for seqs in [1usize, 4, 16, 32, 64] {
         let tokens = seqs * Q;
-        let mut b1 = bf16_batch(&g, &mut rng, tokens);
-        let mut b2 = mxfp8_batch(&g, &mut rng, tokens);
-        let t_bf = graph_us(&g, 20, || run!(bf, &g, &w, b1));
-        let t_mx = graph_us(&g, 20, || run!(mx, &g, &w, b2));
+        let host = host_inputs(&mut rng, tokens);
+        let mut b1 = verify_case::<Bf16Store<PAGE>>(&g, &host);
+        let mut b2 = verify_case::<Mxfp8Store<PAGE>>(&g, &host);
+        let t_bf = graph_us(&g, GRAPH_CALLS, |_| run_verify!(bf, &g, &w, b1));
+        let t_mx = graph_us(&g, GRAPH_CALLS, |_| run_verify!(mx, &g, &w, b2));
         println!(
             "| {seqs} | {tokens} | {t_bf:.2} | {t_mx:.2} | {:.2} |",
             t_mx / t_bf
@@ -228,39 +373,42 @@ fn main() {
         });
     }
 
-    println!("\n| T | store | µs | GB/s | of copy |");
-    println!("|---|---|---|---|---|");
-    for tokens in [16384usize, 65536] {
-        // Rotate among input sets totalling well over the 60 MB L2.
-        let sets = (400_000_000 / (tokens * 1408 * 2)).clamp(2, 8);
-        let mut bfs: Vec<_> = (0..sets)
-            .map(|_| bf16_batch(&g, &mut rng, tokens))
-            .collect();
-        let t_bf = time_us(&g, 3, 30, |i| run!(bf, &g, &w, bfs[i % sets]));
-        drop(bfs);
-        let mut mxs: Vec<_> = (0..sets)
-            .map(|_| mxfp8_batch(&g, &mut rng, tokens))
-            .collect();
-        let t_mx = time_us(&g, 3, 30, |i| run!(mx, &g, &w, mxs[i % sets]));
-        drop(mxs);
-        for (store, us, mxfp8) in [("bf16", t_bf, false), ("mxfp8", t_mx, true)] {
-            let gbs = bytes_moved(tokens, mxfp8) / (us * 1e-6) / 1e9;
-            println!(
-                "| {tokens} | {store} | {us:.1} | {gbs:.0} | {:.0}% |",
-                100.0 * gbs / copy
-            );
-            records.push(Record {
-                name: format!("large_T{tokens}_{store}"),
-                fields: vec![("us", us), ("gbs", gbs), ("copy_fraction", gbs / copy)],
-            });
+    println!(
+        "\nLong batches: graph of {GRAPH_CALLS} back-to-back calls, inputs rotating over sets larger than L2; extend = sequences of {EXTEND_SEQ_LEN} tokens + conv-state update."
+    );
+    println!("\n| step | T | store | µs/call | GB/s | of copy ({copy:.0} GB/s) |");
+    println!("|---|---|---|---|---|---|");
+    for step in [Step::Verify, Step::Extend] {
+        for tokens in LONG_TOKENS {
+            let host = host_inputs(&mut rng, tokens);
+            let t_bf = long_batch_us::<Bf16Store<PAGE>>(&g, &w, step, &host);
+            let t_mx = long_batch_us::<Mxfp8Store<PAGE>>(&g, &w, step, &host);
+            for (store, us, mxfp8) in [("bf16", t_bf, false), ("mxfp8", t_mx, true)] {
+                let gbs = bytes_moved(step, tokens, mxfp8) / (us * 1e-6) / 1e9;
+                println!(
+                    "| {} | {tokens} | {store} | {us:.1} | {gbs:.0} | {:.0}% |",
+                    step.name(),
+                    100.0 * gbs / copy
+                );
+                records.push(Record {
+                    name: format!("{}_T{tokens}_{store}", step.name()),
+                    fields: vec![
+                        ("tokens", tokens as f64),
+                        ("us", us),
+                        ("gbs", gbs),
+                        ("copy_fraction", gbs / copy),
+                    ],
+                });
+            }
         }
     }
 
     // Host cost: typed call (boundary ties + parameter block + launch) vs raw cuLaunchKernel.
-    let mut b = mxfp8_batch(&g, &mut rng, 4);
-    let mut b2 = mxfp8_batch(&g, &mut rng, 4);
-    run!(mx, &g, &w, b);
-    run!(mx, &g, &w, b2);
+    let host = host_inputs(&mut rng, 4);
+    let mut b = verify_case::<Mxfp8Store<PAGE>>(&g, &host);
+    let mut b2 = verify_case::<Mxfp8Store<PAGE>>(&g, &host);
+    run_verify!(mx, &g, &w, b);
+    run_verify!(mx, &g, &w, b2);
     g.synchronize().unwrap();
     let launch = mx
         .launch_plan(
@@ -333,7 +481,7 @@ fn main() {
     for _ in 0..7 {
         let t0 = Instant::now();
         for _ in 0..n {
-            run!(mx, &g, &w, b2);
+            run_verify!(mx, &g, &w, b2);
         }
         typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         g.synchronize().unwrap();

@@ -50,6 +50,21 @@
 //   - bf16 rounding is one cvt.rn.bf16x2 per pair (exhaustively equal to cvt.rn.bf16);
 //   - the e4m3 clamp is one-sided (the satfinite conversion clamps above; exhaustively equal).
 //   ncu after: MXFP8 5,750-5,820 cycles vs bf16 5,670-5,730 at T=4.
+// * Long batches are bound by instruction issue at the occupancy 64 registers allow, not by DRAM:
+//   ncu, extend MXFP8 T = 16384: 1,169 warp instructions per token, issue slots 76% busy, 2.8
+//   eligible warps per scheduler, 43% achieved occupancy, DRAM 33% (at ncu's locked clock). Two
+//   cuts, bit-identical again (1,093 per token, MXFP8 2-5% faster at T >= 16384):
+//   - a rounding whose f32 result is used again (q before tau, q before the encoder, k before its
+//     norm) is one cvt.rn.bf16x2 with +0 in the low half (round_bf16_one_op): the register is the
+//     rounded f32, instead of a packing cvt per pair plus a shift or mask per value;
+//   - the encoder joins two cvt.rn.satfinite.e4m3x2 results as the halves of a word (no 64-bit
+//     shifts and masks), and the 8 bytes are stored as one 8-byte access.
+//   And one dependent round trip less for the k/v history of verify and extend: the K qkvr rows
+//   before the token are read before the sequence metadata (extend MXFP8 3% faster at T >= 16384).
+//   Tried and dropped: two tokens per k/v thread (the second token of the same sequence reuses the
+//   first one's history rows and the weights): bit-identical, but 72-80 registers (6-7 blocks per
+//   SM), 5-15% slower at T >= 4096 and +0.6-0.8 us per call at small batches. Capping registers
+//   at 56 (9 blocks per SM, no spills for extend): within +-4%, mixed.
 // * PDL: the kernels execute `griddepcontrol.wait` before their first global read and
 //   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
 //   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.
@@ -269,21 +284,39 @@ __device__ __forceinline__ u32 mxfp8_scale_byte_nodiv(float amax) {
     return bits >= 0x7f800000u ? 254u : ((bits + 0x1fffffu) >> 23) - 8u;
 }
 
-// 8 values of one lane -> 8 e4m3 bytes (channel 0 in the lowest byte) with the block's scale byte.
-__device__ __forceinline__ u64 mxfp8_encode8(const float (&x)[8], u32 scale_byte) {
+// Four f32 -> four e4m3 bytes in one word (a in the lowest byte), round to nearest even,
+// saturating: two cvt.rn.satfinite.e4m3x2 whose 16-bit results are joined as the two halves of
+// the word (no shifts or masks).
+__device__ __forceinline__ u32 pack_e4m3x4(float a, float b, float c, float d) {
+    u32 r;
+    asm("{\n\t.reg .b16 lo, hi;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+        "mov.b32 %0, {lo, hi};\n\t}"
+        : "=r"(r)
+        : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+}
+
+// 8 e4m3 bytes of one lane (channel 0 in the lowest byte of word 0), stored as one 8-byte access.
+struct alignas(8) E4m3x8 {
+    u32 word[2];
+};
+
+// 8 values of one lane -> 8 e4m3 bytes with the block's scale byte.
+__device__ __forceinline__ E4m3x8 mxfp8_encode8(const float (&x)[8], u32 scale_byte) {
     const float inv_scale = mxfp8_inverse_scale(scale_byte);
-    u64 bytes = 0;
+    float v[8];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        float lo = __fmul_rn(x[2 * j], inv_scale);
-        float hi = __fmul_rn(x[2 * j + 1], inv_scale);
-        // clamp(v, -448, 448) then e4m3: fmaxf turns NaN into -448; the upper clamp is the satfinite
-        // conversion's own (448 and +inf -> 448). Same bytes as the two-sided clamp for every f32
-        // (checked exhaustively on sm_90).
-        lo = fmaxf(lo, -448.0f);
-        hi = fmaxf(hi, -448.0f);
-        bytes |= (u64)pack_e4m3x2(lo, hi) << (16 * j);
+    for (int c = 0; c < 8; ++c) {
+        // clamp(x / s, -448, 448) then e4m3: fmaxf turns NaN into -448; the upper clamp is the
+        // satfinite conversion's own (448 and +inf -> 448). Same bytes as the two-sided clamp for
+        // every f32 (checked exhaustively on sm_90).
+        v[c] = fmaxf(__fmul_rn(x[c], inv_scale), -448.0f);
     }
+    E4m3x8 bytes;
+    bytes.word[0] = pack_e4m3x4(v[0], v[1], v[2], v[3]);
+    bytes.word[1] = pack_e4m3x4(v[4], v[5], v[6], v[7]);
     return bytes;
 }
 
@@ -332,18 +365,20 @@ __device__ __forceinline__ void inverse_rms_n(const float (&sum_sq)[N], float ep
     }
 }
 
-// Rounds 8 f32 to bf16 (round to nearest even), in place, and returns them packed: one
-// cvt.rn.bf16x2 per pair instead of one cvt.rn.bf16 per value (same bits for every f32, NaN
-// included: checked exhaustively on sm_90).
-__device__ __forceinline__ Bf16x8 round_bf16x8(float (&f)[8]) {
-    Bf16x8 v;
+// f rounded to bf16 (round to nearest even) and widened back to f32, in one instruction
+// (common.cuh's round_bf16 takes two):
+// cvt.rn.bf16x2 with f in the high half and +0 in the low half leaves exactly the f32 bits of
+// the rounded value (the high half of an f32 is its bf16). Same bits as rounding to bf16 and
+// widening for every f32, NaN included (both give the canonical bf16 NaN in the high half).
+__device__ __forceinline__ float round_bf16_one_op(float f) {
+    return __uint_as_float(pack_bf16x2(0.0f, f));
+}
+
+// Rounds 8 f32 to bf16 in place (one instruction each; packing and unpacking again costs one and
+// a half). Callers that need only the packed form use pack_bf16x8, which rounds as it packs.
+__device__ __forceinline__ void round_bf16x8(float (&f)[8]) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        v.word[j] = pack_bf16x2(f[2 * j], f[2 * j + 1]);
-        f[2 * j] = __uint_as_float(v.word[j] << 16);
-        f[2 * j + 1] = __uint_as_float(v.word[j] & 0xffff0000u);
-    }
-    return v;
+    for (int c = 0; c < 8; ++c) f[c] = round_bf16_one_op(f[c]);
 }
 
 // Offset of scale byte (slot, head, block 0) in an interleaved sfk/sfv plane
@@ -518,11 +553,16 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
     for (int j = 0; j < QV; ++j) {
 #pragma unroll
         for (int c = 0; c < 8; ++c) out[j][c] = bf16x8_channel(x[j], c) * inv_rms[j] * bf16x8_channel(gamma, c);
-        packed[j] = round_bf16x8(out[j]);
         if (p.tau != nullptr) {
+            round_bf16x8(out[j]);
 #pragma unroll
             for (int c = 0; c < 8; ++c) out[j][c] = out[j][c] * tau;
-            packed[j] = round_bf16x8(out[j]);
+        }
+        // The last rounding: packed for the bf16 store, in place for the MXFP8 encoder.
+        if (STORE != kStoreMxfp8) {
+            packed[j] = pack_bf16x8(out[j]);
+        } else {
+            round_bf16x8(out[j]);
         }
     }
     if (STORE != kStoreMxfp8) {
@@ -549,7 +589,7 @@ __device__ __forceinline__ void prologue_q_lane(const PrologueParams& p, bool ac
             for (int j = 0; j < QV; ++j) {
                 const int head = head_group + j * HEAD_STRIDE;
                 const u32 scale_byte = mxfp8_scale_byte_nodiv(amax[j]);
-                *reinterpret_cast<u64*>(static_cast<u8*>(p.q_out) + (i64)t * DQ + head * HD + head_ch) = mxfp8_encode8(out[j], scale_byte);
+                *reinterpret_cast<E4m3x8*>(static_cast<u8*>(p.q_out) + (i64)t * DQ + head * HD + head_ch) = mxfp8_encode8(out[j], scale_byte);
                 if (head_ch % 32 == 0) {
                     p.q_scale[((i64)t * HQ + head) * (HD / 32) + head_ch / 32] = (u8)scale_byte;  // q_scale [T, HQ, HD/32]
                 }
@@ -595,6 +635,17 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
         for (int n = 0; n < W; ++n) taps_w[n] = load_bf16x8(weight + 8 * n);
         i64 loc = -1;
         if (STORE != kStoreNone) loc = p.loc[t];
+        // Verify and extend: the K qkvr rows before t are read now, before the sequence's
+        // metadata arrives; once it has, the rows that lie before the sequence's first token are
+        // replaced by conv-cache rows. Most tokens take all K taps from qkvr, so their history
+        // no longer waits for the metadata (extend: one dependent round trip less, two not three).
+        Bf16x8 row_before[K];
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            const int u = t - K + i;
+            row_before[i] = (VARIANT != kVariantDecode && u >= 0) ? load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch)
+                                                                   : zero_bf16x8();
+        }
 
         hist = resolve_history<VARIANT>(p, t, counter_lane);
         if (STORE != kStoreNone) {
@@ -614,7 +665,8 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
             const int u = t - K + i;  // input time of tap i
             tap_from_cache[i] = u < hist.first_token;
             if (!tap_from_cache[i]) {
-                tap_raw[i] = load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch);
+                tap_raw[i] = (VARIANT != kVariantDecode) ? row_before[i]  // u >= first_token >= 0
+                                                         : load_bf16x8(p.qkvr + (i64)u * p.qkvr_row_stride + role_off + ch);
             } else if (hist.read_slot >= 0 && (hist.gate || hist.load_ungated)) {
                 tap_raw[i] = load_bf16x8(cache + (hist.read_slot * K + (pos + i)) * (i64)DKV + ch);
             } else {
@@ -656,7 +708,8 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
         inverse_rms_n<HD, 1>(sum_sq_head, p.eps, inv_rms);
 #pragma unroll
         for (int c = 0; c < 8; ++c) out[c] = value[c] * inv_rms[0] * bf16x8_channel(gamma, c);
-        out_vec = round_bf16x8(out);
+        if (STORE == kStoreMxfp8) round_bf16x8(out);  // the encoder reads the rounded values
+        out_vec = pack_bf16x8(out);
     } else {
 #pragma unroll
         for (int c = 0; c < 8; ++c) out[c] = value[c];
@@ -677,7 +730,7 @@ __device__ __forceinline__ void prologue_kv_lane(const PrologueParams& p, bool a
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         if (active && store_slot >= 0) {
             const u32 scale_byte = mxfp8_scale_byte_nodiv(amax);
-            *reinterpret_cast<u64*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = mxfp8_encode8(out, scale_byte);
+            *reinterpret_cast<E4m3x8*>(static_cast<u8*>(is_v ? p.v_buf : p.k_buf) + store_slot * DKV + ch) = mxfp8_encode8(out, scale_byte);
             if (head_ch % 32 == 0) {
                 u8* const planes = is_v ? p.sfv : p.sfk;  // [S/PAGE, HKV, 32, PAGE/32, 4]
                 planes[interleaved_scale_offset<PAGE, HKV>(store_slot, ch / HD) + head_ch / 32] = (u8)scale_byte;

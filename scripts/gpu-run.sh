@@ -2,7 +2,8 @@
 # Runs a bundle made by scripts/gpu-bundle.sh on a machine with an sm_90 GPU and CUDA 13:
 #   run.sh tests      GPU tests (they fail, never skip, without a GPU)
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck
-#   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./)
+#   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
+#                     prologue in PyTorch beside the prologue benchmark's figures (needs torch)
 #   run.sh examples   the example model ports
 #   run.sh all        all of the above
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
@@ -43,10 +44,13 @@ sanitize() {
 }
 
 bench() {
+    export BENCH_JSON_DIR=${BENCH_JSON_DIR:-$PWD}
     for b in "$here"/bin/bench_*; do
         echo "== $(basename "$b")"
         "$b" || status=1
     done
+    echo "== prologue_torch.py"
+    python3 "$here/prologue_torch.py" --json "$BENCH_JSON_DIR/prologue.json" || status=1
 }
 
 examples() {
