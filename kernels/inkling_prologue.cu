@@ -69,7 +69,7 @@
 //   `griddepcontrol.launch_dependents` at the end. Both are no-ops unless the host launches with
 //   programmatic stream serialization; with it, block launch overlaps the tail of the qkvr GEMM.
 //
-// Measured on one H200 (this file, .scratch/prologue harness; bytes = unique bytes read + written,
+// Measured on one H200 (this file in a standalone harness; bytes = unique bytes read + written,
 // the library benchmark's count; device-to-device copy 4.24 TB/s in the same run), Inkling TP8
 // geometry HQ=8 HKV=1 HD=128 W=4, verify q=4, tau on:
 //   graph replay per call, B = 1 / 4 / 16 / 64 (T = 4B):
@@ -278,7 +278,7 @@ __device__ __forceinline__ float mxfp8_inverse_scale(u32 byte) {
 // is at least 2^-23/7 > half an ulp away from 1.75/7 = 1/4), and is never a power of two otherwise.
 // So ceil(log2 r) = E - 8 for m <= 1.75 (mantissa field <= 0x600000) and E - 7 above, i.e.
 // byte = ((bits(a) + 0x1fffff) >> 23) - 8, already inside [19, 247]. Checked exhaustively against
-// the division form over all 2^32 inputs (.scratch/prologue, CPU).
+// the division form over all 2^32 inputs (on the CPU).
 __device__ __forceinline__ u32 mxfp8_scale_byte_nodiv(float amax) {
     const u32 bits = __float_as_uint(fmaxf(amax, 1e-30f));
     return bits >= 0x7f800000u ? 254u : ((bits + 0x1fffffu) >> 23) - 8u;
@@ -332,7 +332,7 @@ __device__ __forceinline__ float lane_amax8(const float (&x)[8]) {
 // (every realistic one: eps >= 2^-100 and no overflow) it runs the fast paths that ptxas itself
 // emits for sqrt.rn / div.rn (MUFU.RSQ + 2 FMA, MUFU.RCP + 4 FMA) without their slow-path branches,
 // so the N chains interleave; checked exhaustively on sm_90 against __fdiv_rn(1, __fsqrt_rn(v)) for
-// every f32 in that range (.scratch/prologue harness). Anything else takes the IEEE functions.
+// every f32 in that range (checked exhaustively). Anything else takes the IEEE functions.
 __device__ __forceinline__ float inverse_sqrt_fastpath(float v) {
     float r, rc;
     asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
