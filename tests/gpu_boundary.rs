@@ -132,6 +132,18 @@ fn buffers_of_another_context_are_refused() {
         err.starts_with("`input`: the buffer cannot be used by this backend: it was allocated in another CUDA context"),
         "{err}"
     );
+    // Copies refuse them too.
+    let mut t = Tensor::<Cuda, bf16, Cols<8>>::zeros(&primary, 2).unwrap();
+    let copy = t.to_host(&other).unwrap_err().to_string();
+    assert!(
+        copy.starts_with("`the copied tensor`: the buffer cannot be used by this backend"),
+        "{copy}"
+    );
+    let write = t.write(&other, &[bf16::ONE; 16]).unwrap_err().to_string();
+    assert!(
+        write.starts_with("`the written tensor`: the buffer cannot be used by this backend"),
+        "{write}"
+    );
 }
 
 /// A backend on the caller's stream: the caller's upload queued just before the launch is
