@@ -7,6 +7,7 @@
 
 use std::any::TypeId;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::driver::{
     CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
@@ -147,15 +148,16 @@ const MAX_DEVICE_ARGS: usize = 26;
 /// it must belong to the backend's context, and it must be ordered on the backend's stream
 /// unless the context tracks cross-stream use with events. When the context tracks events,
 /// the guards make the launch wait for earlier writes and record its own reads and writes in
-/// the buffer's events, which its home stream waits for before it writes or frees the buffer.
-/// cudarc keeps one read event per buffer: when the buffer is read again on a third stream
-/// after this launch, that read's event replaces this one, so a buffer shared across streams
-/// must stay alive until the launch's stream has passed it (synchronize it, or order the
-/// streams) when more than two streams read it. Nothing here allocates.
+/// the buffer's events, and after the launch each buffer's other home stream waits for it (see
+/// `Drop`), so a buffer on another stream is neither reused nor freed under the kernel (outside
+/// graph capture). Nothing here allocates.
 pub(crate) struct DeviceArgs<'a> {
     stream: &'a CudaStream,
     guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
     held: usize,
+    /// The other streams whose buffers the launch uses (distinct; see `Drop`).
+    homes: [Option<Arc<CudaStream>>; MAX_DEVICE_ARGS],
+    n_homes: usize,
 }
 
 impl<'a> DeviceArgs<'a> {
@@ -165,10 +167,28 @@ impl<'a> DeviceArgs<'a> {
             stream: &cuda.stream,
             guards: [const { None }; MAX_DEVICE_ARGS],
             held: 0,
+            homes: [const { None }; MAX_DEVICE_ARGS],
+            n_homes: 0,
         }
     }
 
-    fn admit(&self, param: &'static str, home: &CudaStream) -> Result<()> {
+    /// Admits a buffer of `home` (see `check_home`) and remembers `home` when it is another
+    /// stream.
+    fn admit(&mut self, param: &'static str, home: &Arc<CudaStream>) -> Result<()> {
+        self.check_home(param, home)?;
+        let other = home.cu_stream() != self.stream.cu_stream();
+        let known = self.homes[..self.n_homes].iter().any(|h| {
+            h.as_ref()
+                .is_some_and(|h| h.cu_stream() == home.cu_stream())
+        });
+        if other && !known {
+            self.homes[self.n_homes] = Some(home.clone()); // a reference count, no allocation
+            self.n_homes += 1;
+        }
+        Ok(())
+    }
+
+    fn check_home(&self, param: &'static str, home: &CudaStream) -> Result<()> {
         let ours = self.stream;
         if std::ptr::eq(home, ours) {
             return Ok(()); // the backend's own stream object: same stream, same context
@@ -243,5 +263,38 @@ impl<'a> DeviceArgs<'a> {
         view: Option<&'a mut CudaViewMut<'_, T>>,
     ) -> Result<u64> {
         view.map_or(Ok(0), |v| self.write(param, v))
+    }
+}
+
+/// After the launch: the launch's reads and writes are recorded in its buffers' events (the
+/// guards), and every other stream whose buffers it used waits for the launch. cudarc keeps one
+/// read event per buffer, which a later read on the home stream replaces, so without the wait a
+/// buffer could be freed on its home stream while this launch still reads it. Inside a graph
+/// capture the wait is not queued (it would pull the home stream into the capture): ordering
+/// a captured launch against other streams is the capturing caller's.
+impl Drop for DeviceArgs<'_> {
+    fn drop(&mut self) {
+        for guard in &mut self.guards[..self.held] {
+            drop(guard.take()); // records this launch's reads and writes
+        }
+        if self.n_homes == 0 {
+            return;
+        }
+        let capturing = !matches!(
+            self.stream.capture_status(),
+            Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        );
+        if capturing {
+            return;
+        }
+        let ctx = self.stream.context();
+        match self.stream.record_event(None) {
+            Ok(launched) => {
+                for home in self.homes[..self.n_homes].iter().flatten() {
+                    ctx.record_err(home.wait(&launched));
+                }
+            }
+            Err(e) => ctx.record_err::<()>(Err(e)),
+        }
     }
 }
