@@ -17,7 +17,6 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor as Ct};
 use common::Record;
-use cudarc::driver::result;
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::candle::{CandleBackend, read, with_cuda_mut};
 use shapeproof::dtype::{E8M0, bf16};
@@ -215,24 +214,8 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
         per_call.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         g.synchronize().unwrap();
         // Raw launches of the same parameter block (the candle tensors outlive them).
-        let mut params = plan.params;
-        let t0 = Instant::now();
-        for _ in 0..n {
-            let mut args = [&mut params as *mut PrologueParams as *mut std::ffi::c_void];
-            // SAFETY: the parameter block of a checked call on live candle buffers.
-            unsafe {
-                result::launch_kernel(
-                    function,
-                    plan.shape.grid,
-                    plan.shape.block,
-                    0,
-                    g.stream().cu_stream(),
-                    &mut args,
-                )
-                .unwrap()
-            };
-        }
-        raw.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        // SAFETY: the parameter block of a checked call on live candle buffers.
+        raw.push(unsafe { common::raw_launch_us(&g, function, &plan, n) });
         g.synchronize().unwrap();
     }
     (

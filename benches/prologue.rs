@@ -19,7 +19,7 @@ mod common;
 use std::time::Instant;
 
 use common::{Record, gpu, time_us};
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
@@ -491,24 +491,8 @@ fn main() {
         }
         view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         g.synchronize().unwrap();
-        let mut params = launch.params;
-        let t0 = Instant::now();
-        for _ in 0..n {
-            let mut args = [&mut params as *mut PrologueParams as *mut std::ffi::c_void];
-            // SAFETY: the parameter block of a checked call on live buffers.
-            unsafe {
-                result::launch_kernel(
-                    function,
-                    launch.shape.grid,
-                    launch.shape.block,
-                    0,
-                    g.stream().cu_stream(),
-                    &mut args,
-                )
-                .unwrap()
-            };
-        }
-        raw_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        // SAFETY: the parameter block of a checked call on live buffers.
+        raw_rounds.push(unsafe { common::raw_launch_us(&g, function, &launch, n) });
         g.synchronize().unwrap();
     }
     let typed = common::median(&mut typed_rounds);

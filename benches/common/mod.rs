@@ -88,3 +88,35 @@ pub fn write_json(file: &str, records: &[Record]) {
     std::fs::write(&path, format!("[\n{}\n]\n", body.join(",\n"))).unwrap();
     eprintln!("wrote {}", path.display());
 }
+
+/// Host µs per launch of `n` raw `cuLaunchKernel`s of `function` with `plan`'s parameter block:
+/// the baseline the typed launch is measured against.
+///
+/// # Safety
+/// `plan` is the parameter block of a checked call (`launch_plan`) of `function`'s kernel, and
+/// its buffers outlive the launches.
+pub unsafe fn raw_launch_us(
+    g: &Cuda,
+    function: sys::CUfunction,
+    plan: &shapeproof::ops::prologue::PrologueLaunch,
+    n: usize,
+) -> f64 {
+    let mut params = plan.params;
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        let mut args = [&mut params as *mut _ as *mut std::ffi::c_void];
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                function,
+                plan.shape.grid,
+                plan.shape.block,
+                0,
+                g.stream().cu_stream(),
+                &mut args,
+            )
+            .unwrap()
+        };
+    }
+    t0.elapsed().as_secs_f64() * 1e6 / n as f64
+}

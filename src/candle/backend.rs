@@ -66,8 +66,7 @@ pub trait CandleBackend: Backend + super::sealed::Sealed + Sized {
 pub(crate) fn device_name(device: &Device) -> String {
     match device {
         Device::Cpu => "the CPU".into(),
-        Device::Cuda(_) => format!("{:?}", device.location()),
-        Device::Metal(_) => format!("{:?}", device.location()),
+        other => format!("{:?}", other.location()),
     }
 }
 
@@ -168,9 +167,6 @@ mod cuda_backend {
             let Storage::Cuda(cuda) = storage else {
                 return Err(mismatch(param, "a CUDA tensor", storage_name(storage)));
             };
-            if !T::accepts(dtype) {
-                return Err(mismatch(param, T::EXPECTED, format!("{dtype:?}")));
-            }
             let rows = Rows::check::<T, R>(param, dtype, layout, storage_len(cuda))?;
             let view = T::cuda(cuda, rows.range)
                 .ok_or_else(|| mismatch(param, T::EXPECTED, format!("{dtype:?}")))?;
@@ -194,9 +190,6 @@ mod cuda_backend {
             layout: &Layout,
             f: impl FnOnce(TensorViewMut<'_, Self, T, R>) -> Result<Out>,
         ) -> Result<Out> {
-            if !T::accepts(dtype) {
-                return Err(mismatch(param, T::EXPECTED, format!("{dtype:?}")));
-            }
             let rows = Rows::check::<T, R>(param, dtype, layout, storage_len(storage))?;
             let n = rows.rows;
             T::with_cuda_mut(storage, rows.range, |view| {

@@ -24,15 +24,15 @@ pub(crate) fn mismatch(
 /// Where a checked candle tensor lies in its storage, and how many rows of `R` it holds.
 pub(crate) struct Rows {
     /// The storage elements the tensor covers.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// Rows of `R::COLS` elements.
-    pub rows: usize,
+    pub(crate) rows: usize,
 }
 
 impl Rows {
     /// Checks dtype, contiguity and trailing shape of a tensor of `dtype` laid out as
     /// `layout`, and that it lies inside a storage of `storage_len` elements.
-    pub fn check<T: CandleElement, R: RowShape>(
+    pub(crate) fn check<T: CandleElement, R: RowShape>(
         param: &'static str,
         dtype: DType,
         layout: &Layout,

@@ -137,6 +137,22 @@ impl Cuda {
     }
 }
 
+/// A buffer of `home` belongs to the context of `ours`, or it is refused (launches and copies
+/// alike: another device's memory would otherwise be reached through unified addressing).
+pub(crate) fn same_context(
+    param: &'static str,
+    home: &CudaStream,
+    ours: &CudaStream,
+) -> Result<()> {
+    if home.context().cu_ctx() != ours.context().cu_ctx() {
+        return Err(Error::ForeignBuffer {
+            param,
+            reason: "it was allocated in another CUDA context (another device or backend)",
+        });
+    }
+    Ok(())
+}
+
 /// Most buffers one launch passes (the prologue's main kernel and its trailing update together
 /// have the most, 26).
 const MAX_DEVICE_ARGS: usize = 26;
@@ -193,12 +209,7 @@ impl<'a> DeviceArgs<'a> {
         if std::ptr::eq(home, ours) {
             return Ok(()); // the backend's own stream object: same stream, same context
         }
-        if home.context().cu_ctx() != ours.context().cu_ctx() {
-            return Err(Error::ForeignBuffer {
-                param,
-                reason: "it was allocated in another CUDA context (another device or backend)",
-            });
-        }
+        same_context(param, home, ours)?;
         if home.cu_stream() != ours.cu_stream()
             && !ours.context().is_managing_stream_synchronization()
         {

@@ -165,20 +165,6 @@ impl<T> Buffer<T> for CudaViewMut<'_, T> {
     }
 }
 
-impl Cuda {
-    /// Copies, like launches, take only buffers of this backend's context (another device's
-    /// memory would be copied through unified addressing, not refused).
-    fn own_context(&self, param: &'static str, home: &CudaStream) -> Result<()> {
-        if home.context().cu_ctx() != self.ctx.cu_ctx() {
-            return Err(Error::ForeignBuffer {
-                param,
-                reason: "it was allocated in another CUDA context (another device or backend)",
-            });
-        }
-        Ok(())
-    }
-}
-
 impl Backend for Cuda {
     type Buffer<T: Element> = CudaSlice<T>;
     type Slice<'a, T: Element> = CudaView<'a, T>;
@@ -201,12 +187,12 @@ impl Backend for Cuda {
     }
 
     fn download_slice<T: Element>(&self, slice: &CudaView<'_, T>) -> Result<Vec<T>> {
-        self.own_context("the copied tensor", slice.stream())?;
+        launch::same_context("the copied tensor", slice.stream(), &self.stream)?;
         Ok(self.stream.clone_dtoh(slice)?)
     }
 
     fn write_slice<T: Element>(&self, slice: &mut CudaViewMut<'_, T>, host: &[T]) -> Result<()> {
-        self.own_context("the written tensor", slice.stream())?;
+        launch::same_context("the written tensor", slice.stream(), &self.stream)?;
         Error::check_extent("host data", "elements", slice.len(), host.len())?;
         Ok(self.stream.memcpy_htod(host, slice)?)
     }
