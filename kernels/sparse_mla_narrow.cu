@@ -11,13 +11,15 @@
 //   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the
 //           library sends here). CTA b handles heads HEAD_TILE*(b % head_tiles) … +HEAD_TILE-1
 //           of query row b / head_tiles.
-//   block = 128 + 32 * slots threads: warps 0-3 = one consumer warpgroup, then one gather warp
-//           per K slot. 8 and 16 heads: 192 threads, two CTAs per SM, two K slots each;
-//           32 heads: 256 threads, one CTA per SM (its O^T needs the registers), four K slots.
-//   dynamic shared memory = (HEAD_TILE + 64 * slots) * D_QK + 112 * HEAD_TILE + 1048 * slots + 8
-//           bytes, slots = 2 (8, 16 heads) or 4 (32 heads):
-//           D_QK 576: 81336 (8 heads), 86840 (16), 173672 (32);
-//           D_QK 512: 72632 (8), 77624 (16), 155240 (32).
+//   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
+//           8 and 16 heads: two CTAs per SM (128 registers a thread at launch; setmaxnreg then
+//           moves registers from the gather warpgroup, 32 a thread, to the consumers, 224);
+//           32 heads: one CTA per SM (its O^T needs the registers).
+//   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 8
+//           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 6 (8, 16
+//           heads, D_QK 512), 11 (32 heads, D_QK 576), 12 (32 heads, D_QK 512):
+//           D_QK 576: 100352 (8 heads), 105856 (16), 230672 (32);
+//           D_QK 512: 106520 (8), 111512 (16), 223016 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -29,23 +31,28 @@
 // gather and computes everything transposed, so that the 64 gathered tokens of a block are the
 // wgmma M dimension and the heads the (narrow) N dimension:
 //   S^T = K . Q^T      M = 64 tokens, N = HEAD_TILE heads, K = D_QK channels;
-//                      A = K rows from registers (ldmatrix from the K slot), B = the Q tile.
+//                      A = K rows from registers (ldmatrix from the K ring), B = the Q tile.
 //   O^T += V^T . P^T   M = 512 value columns (8 M tiles of 64), N = HEAD_TILE, K = 64 tokens;
-//                      A = V^T from registers (ldmatrix.trans straight from the K slot),
+//                      A = V^T from registers (ldmatrix.trans straight from the K ring),
 //                      B = P^T [HEAD_TILE heads][64 tokens] e4m3, written K-major by the softmax.
 // Both accumulators have the heads as columns, in the same register layout, so a thread's softmax
 // statistics (running max, rescale factor, row sum) are those of the O^T columns it holds.
 //
-// One CTA = one query row. Gather warp w owns K slot w and fills it with blocks w, w + slots, ...:
-// one bulk copy (cp.async.bulk, completing as transaction bytes on the slot's mbarrier) of D_QK
-// bytes per valid row; invalid rows are zero-filled by the warp and never read. (16-byte cp.async
-// gathers ran at a third of the rate of plain loads; the bulk copy engine's rate grows with the
-// number of issuing warps, hence one warp per slot.) The consumer warpgroup runs, per block: S^T
-// (in chunks of 3 k-steps promoted to f32, as the wide kernel), masking, the per-head (column)
-// maximum across its four warps, p = 2^(s - m), P^T to shared memory, the rescale of O^T and the
-// P.V product; it releases the slot as soon as its last ldmatrix has read it. For 8 and 16 heads
-// two CTAs share an SM, so one CTA's softmax overlaps the other's tensor-core work; every SM has
-// four K slots in flight for every head tile.
+// One CTA = one query row. The gathered rows go through a ring of stages of 32 rows (half a
+// block; a block is stages 2b and 2b + 1). Gather warp w fills stages w, w + gather_warps, ...:
+// lane l issues one bulk copy (cp.async.bulk, completing as transaction bytes on the stage's
+// mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp and
+// never read. (16-byte cp.async gathers ran at a third of the rate of plain loads; the bulk copy
+// engine's rate grows with the number of issuing warps: four gather warps per CTA ran 11% faster
+// than two at 8 heads.) Half-block stages let the ring hold more of the next blocks than
+// whole-block slots in the same shared memory (with two 64-row slots per CTA, the consumers
+// waited for their next block a quarter of the time). The consumer
+// warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the wide kernel),
+// masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T to shared
+// memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8 and 16 heads,
+// their V^T fragments in the registers the gather warpgroup gave up); it releases both stages as
+// soon as its last ldmatrix has read them. For 8 and 16 heads two CTAs share an SM, so one CTA's
+// softmax overlaps the other's tensor-core work.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
 // element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
@@ -62,19 +69,20 @@
 // 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
 // * Q tile [HEAD_TILE rows][D_QK]: byte (r/8)*(8*D_QK) + (c/16)*128 + (r%8)*16 + c%16;
 //   LBO = 128, SBO = 8*D_QK; a k-step (32 channels) advances the start address by 256 bytes.
-// * Each K slot [64 rows][D_QK] row-major at a pitch of D_QK + 16 bytes (what a bulk copy of a
-//   row writes; the pitch puts the 8 rows of every ldmatrix 8x16-byte matrix in distinct banks).
-//   The S^T A fragment of a k-step is one ldmatrix.x4 (rows 16*warp … +15, 32 channels), V^T
-//   one ldmatrix.x4.trans per 32 tokens and 16 value columns.
+// * Each K ring stage [32 rows][D_QK] row-major at a pitch of D_QK + 16 bytes (what a bulk copy
+//   of a row writes; the pitch puts the 8 rows of every ldmatrix 8x16-byte matrix in distinct
+//   banks). The S^T A fragment of a k-step is one ldmatrix.x4 (block rows 16*warp … +15, 32
+//   channels; warps 0-1 read the block's first stage, warps 2-3 its second), V^T one
+//   ldmatrix.x4.trans per 32 tokens (one stage) and 16 value columns.
 // * P^T [HEAD_TILE heads][64 positions]: (h/8)*512 + (p/16)*128 + (h%8)*16 + p%16; LBO = 128,
 //   SBO = 512; k-step ks at 256*ks.
 //
-// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[slots] (32 arrivals of
-// the slot's gather warp, after its zero rows and the block's validity mask are stored, plus the
-// transaction bytes of its bulk copies) and k_empty[slots] (128 consumer arrivals after the last
-// ldmatrix that read the slot); named barrier 1 (the 128 consumer threads) for the column-max
+// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[stages] (32 arrivals of
+// the stage's gather warp, after its zero rows and validity mask are stored, plus the
+// transaction bytes of its bulk copies) and k_empty[stages] (128 consumer arrivals after the last
+// ldmatrix that read the stage); named barrier 1 (the 128 consumer threads) for the column-max
 // exchange and the P^T hand-off. The Q tile and P^T, which wgmma reads, are fenced with
-// fence.proxy.async; the K slots are read by ldmatrix only.
+// fence.proxy.async; the K ring is read by ldmatrix only.
 //
 // Numerics (identical to sparse_mla_prefill.cu): s2 = dot * sm_scale*q_scale*kv_scale*log2(e);
 // S^T accumulated by the tensor cores over at most 96 channels per fresh accumulator and summed
@@ -88,17 +96,25 @@ constexpr int kConsumerThreads = 128;
 constexpr int kTokensPerBlock = 64;    // wgmma M of S^T
 constexpr int kDV = 512;               // value width
 constexpr int kValueTiles = kDV / 64;  // M tiles of O^T
-// K ring depth and CTAs per SM by head tile: 8 and 16 heads run two CTAs per SM with two K slots
-// each; the 32-head O^T accumulator (128 registers a thread) needs more registers than two CTAs
-// leave, so 32 heads run one CTA per SM with a four-slot ring.
-template <int H>
-constexpr int kSlotsFor = H == 32 ? 4 : 2;
+// The K ring holds stages of 32 gathered rows (half a block); a block is two consecutive stages.
+constexpr int kStageTokens = 32;
+// CTAs per SM by head tile: 8 and 16 heads run two CTAs per SM; the 32-head O^T accumulator (128
+// registers a thread) needs more registers than two CTAs leave, so 32 heads run one per SM.
 template <int H>
 constexpr int kCtasPerSmFor = H == 32 ? 1 : 2;
-// Threads per CTA: warps 0-3 = the consumer warpgroup, then one gather warp per K slot (gather
-// warp w fills slot w with blocks w, w + slots, ...).
 template <int H>
-constexpr int kThreadsFor = kConsumerThreads + 32 * kSlotsFor<H>;
+constexpr int kGatherWarpsFor = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
+// Registers per thread after the warp-specialised re-allocation (two CTAs per SM: 128 at
+// launch; the gather warpgroup gives registers to the consumer warpgroup).
+constexpr int kConsumerRegs = 224;
+constexpr int kGatherRegs = 32;
+// Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
+template <int D_QK, int H>
+constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12) : (D_QK == 576 ? 5 : 6);
+// Threads per CTA: warps 0-3 = the consumer warpgroup, warps 4-7 the gather warps (gather warp w
+// fills stages w, w + 4, ...).
+template <int H>
+constexpr int kThreadsFor = kConsumerThreads + 32 * kGatherWarpsFor<H>;
 // S^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
 // accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
 constexpr int kQkChunkSteps = 3;
@@ -111,30 +127,30 @@ template <int D_QK, int H>
 struct Smem {
     static constexpr int kChunks = D_QK / 16;                // 16-byte chunks per row
     static constexpr int kRowGroupBytes = 8 * D_QK;          // SBO of the Q tile
-    static constexpr int kRowStride = D_QK + 16;             // K slot row pitch (bank spread)
-    static constexpr int kTileBytes = kTokensPerBlock * kRowStride;
+    static constexpr int kRowStride = D_QK + 16;             // K ring row pitch (bank spread)
+    static constexpr int kStageBytes = kStageTokens * kRowStride;
     static constexpr int kPtBytes = H * kTokensPerBlock;     // one P^T buffer
-    static constexpr int kKSlots = kSlotsFor<H>;
+    static constexpr int kStages = kStagesFor<D_QK, H>;
     static constexpr int kQ = 0;                             // Q tile  [H heads][D_QK]
-    static constexpr int kK = kQ + H * D_QK;                 // K slots [kKSlots][64 tokens][pitch]
-    static constexpr int kPt = kK + kKSlots * kTileBytes;    // P^T     [H heads][64 positions]
+    static constexpr int kK = kQ + H * D_QK;                 // K ring  [kStages][32 rows][pitch]
+    static constexpr int kPt = kK + kStages * kStageBytes;   // P^T     [H heads][64 positions]
     static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
     static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
-    static constexpr int kMask = kSum + 4 * H * 4;           // u64     [kKSlots] validity masks
-    static constexpr int kBars = kMask + kKSlots * 8;        // u64     mbarriers (1 + 2*kKSlots)
-    static constexpr int kBytes = kBars + (1 + 2 * kKSlots) * 8;
-    static_assert(kK % 128 == 0 && kTileBytes % 16 == 0, "K slots must stay 16-byte aligned");
-    static_assert(kBytes == (H + 64 * kKSlots) * D_QK + 112 * H + 1048 * kKSlots + 8,
+    static constexpr int kMask = kSum + 4 * H * 4;           // u32     [kStages] validity masks
+    static constexpr int kBars = kMask + kStages * 8;        // u64     mbarriers (1 + 2*kStages)
+    static constexpr int kBytes = kBars + (1 + 2 * kStages) * 8;
+    static_assert(kK % 128 == 0 && kStageBytes % 16 == 0, "K stages must stay 16-byte aligned");
+    static_assert(kBytes == H * D_QK + kStages * (32 * D_QK + 536) + 112 * H + 8,
                   "launch-shape formula in the header");
-    static_assert(kCtasPerSmFor<H> * (kBytes + 1024) <= 233472,
+    static_assert(kCtasPerSmFor<H> * (kBytes + 1024) <= 233472 && kBytes <= 232448,
                   "the CTAs of one SM must fit in its shared memory");
 };
 
-// mbarrier indices inside the barrier area: q_full, k_full[kKSlots], k_empty[kKSlots].
+// mbarrier indices inside the barrier area: q_full, k_full[kStages], k_empty[kStages].
 constexpr int kBarQFull = 0;
 constexpr int kBarKFull = 1;
-template <int H>
-constexpr int kBarKEmptyFor = 1 + kSlotsFor<H>;
+template <int D_QK, int H>
+constexpr int kBarKEmptyFor = 1 + kStagesFor<D_QK, H>;
 
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
@@ -251,83 +267,78 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[N / 2], const u32 (&a)[4],
 
 template <int D_QK, int H>
 struct Gather {
-    static constexpr int kKSlots = kSlotsFor<H>;
+    static constexpr int kStages = kStagesFor<D_QK, H>;
+    static constexpr int kWarps = kGatherWarpsFor<H>;
+    // The phase argument in run needs kWarps <= kStages.
+    static_assert(kWarps <= kStages, "no more gather warps than ring stages");
     static constexpr int kChunks = D_QK / 16;
     static constexpr int kRowStride = Smem<D_QK, H>::kRowStride;
-    static constexpr int kTileBytes = Smem<D_QK, H>::kTileBytes;
-    u32 k_base;          // shared address of K slot 0
+    static constexpr int kStageBytes = Smem<D_QK, H>::kStageBytes;
+    u32 k_base;          // shared address of stage 0 of the K ring
     u32 bars;            // shared address of the mbarrier area
-    u64* mask64;         // [kKSlots] validity bits (bit r = token r of the block)
+    u32* mask32;         // [kStages] validity bits (bit r = row r of the stage)
     const u8* kv;        // [s_kv, D_QK]
     const i32* idx_row;  // [topk] indices of this query row
     i32 valid_len;       // L_i (clamped)
     i32 s_kv;
     int lane;
 
-    // Lane l gathers tokens l and l + 32 of a block: one bulk copy of D_QK bytes per valid row.
-    // Index of token 32*half + lane of block b, or -1 past the valid prefix.
-    __device__ __forceinline__ int load_index(int b, int half) const {
-        const int j = b * kTokensPerBlock + 32 * half + lane;
-        return j < valid_len ? __ldg(idx_row + j) : -1;
+    // Lane l gathers row l of a stage: one bulk copy of D_QK bytes if the row is valid.
+    // Index of row lane of stage j (token 32*j + lane of the row), or -1 past the valid prefix.
+    __device__ __forceinline__ int load_index(int j) const {
+        const int t = j * kStageTokens + lane;
+        return t < valid_len ? __ldg(idx_row + t) : -1;
     }
 
-    // Issue the gathers of block b into K slot b % kKSlots and arrive on k_full[slot]: valid
+    // Issue the gathers of stage j into ring slot j % kStages and arrive on k_full[slot]: valid
     // rows by the bulk copy engine (transaction bytes), invalid rows zero-filled by the warp
     // (never read from global memory), the validity mask by lane 0.
-    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
-        const int slot = b % kKSlots;
-        const u32 dst_slot = k_base + slot * kTileBytes;
+    __device__ __forceinline__ void issue_stage(int j, int idx) const {
+        const int slot = j % kStages;
+        const u32 dst = k_base + slot * kStageBytes;
         const u32 full = bars + (kBarKFull + slot) * 8;
-        const bool v0 = idx[0] >= 0 && idx[0] < s_kv;
-        const bool v1 = idx[1] >= 0 && idx[1] < s_kv;
-        const u32 lo = __ballot_sync(0xffffffffu, v0);
-        const u32 hi = __ballot_sync(0xffffffffu, v1);
+        const bool valid = idx >= 0 && idx < s_kv;
+        const u32 bits = __ballot_sync(0xffffffffu, valid);
         if (lane == 0) {
-            mbar_expect_tx(full, (u32)(__popc(lo) + __popc(hi)) * (u32)D_QK);
+            mbar_expect_tx(full, (u32)__popc(bits) * (u32)D_QK);
         }
         __syncwarp();
-        if (v0) {
-            bulk_copy_g2s(dst_slot + lane * kRowStride, kv + (i64)idx[0] * D_QK, D_QK, full);
-        }
-        if (v1) {
-            bulk_copy_g2s(dst_slot + (lane + 32) * kRowStride, kv + (i64)idx[1] * D_QK, D_QK,
-                          full);
+        if (valid) {
+            bulk_copy_g2s(dst + lane * kRowStride, kv + (i64)idx * D_QK, D_QK, full);
         }
         // Zero-fill the invalid rows (their scores are masked; zeros keep P.V finite).
-        u64 invalid = ~(((u64)hi << 32) | (u64)lo);
+        u32 invalid = ~bits;
         while (invalid != 0) {
-            const int r = __ffsll((long long)invalid) - 1;
+            const int r = __ffs((int)invalid) - 1;
             invalid &= invalid - 1;
-            const u32 row = dst_slot + r * kRowStride;
+            const u32 row = dst + r * kRowStride;
             st_shared_zero16(row + lane * 16);
             if (lane < kChunks - 32) {
                 st_shared_zero16(row + (32 + lane) * 16);
             }
         }
         if (lane == 0) {
-            mask64[slot] = ((u64)hi << 32) | (u64)lo;
+            mask32[slot] = bits;
         }
         mbar_arrive(full);  // 32 arrivals: releases the zero rows and the mask
     }
 
-    // Gather warp w: blocks w, w + kKSlots, ... into slot w.
-    __device__ __forceinline__ void run(int w, int num_blocks) const {
-        int idx_cur[2];
-        idx_cur[0] = w < num_blocks ? load_index(w, 0) : -1;
-        idx_cur[1] = w < num_blocks ? load_index(w, 1) : -1;
-        for (int b = w; b < num_blocks; b += kKSlots) {
-            // Indices of this warp's next block load while this one waits for its slot.
-            int idx_next[2];
-            idx_next[0] = b + kKSlots < num_blocks ? load_index(b + kKSlots, 0) : -1;
-            idx_next[1] = b + kKSlots < num_blocks ? load_index(b + kKSlots, 1) : -1;
-            if (b >= kKSlots) {
-                // The consumers finished reading the block that used this slot.
-                mbar_wait(bars + (kBarKEmptyFor<H> + b % kKSlots) * 8,
-                          (u32)(b / kKSlots - 1) & 1u);
+    // Gather warp w: stages w, w + kWarps, ... (stage j into ring slot j % kStages).
+    __device__ __forceinline__ void run(int w, int num_stages) const {
+        int idx_cur = w < num_stages ? load_index(w) : -1;
+        for (int j = w; j < num_stages; j += kWarps) {
+            // The index of this warp's next stage loads while this one waits for its slot.
+            const int idx_next = j + kWarps < num_stages ? load_index(j + kWarps) : -1;
+            if (j >= kStages) {
+                // The consumers finished reading stage j - kStages, the slot's previous stage.
+                // They release stages in order, and this warp already saw stage
+                // j - kWarps - kStages released (kWarps <= kStages), so stage j - 2*kStages is
+                // released too: the barrier is at most one phase behind the parity waited for.
+                mbar_wait(bars + (kBarKEmptyFor<D_QK, H> + j % kStages) * 8,
+                          (u32)(j / kStages - 1) & 1u);
             }
-            issue_block(b, idx_cur);
-            idx_cur[0] = idx_next[0];
-            idx_cur[1] = idx_next[1];
+            issue_stage(j, idx_cur);
+            idx_cur = idx_next;
         }
     }
 };
@@ -345,8 +356,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     using namespace sparse_mla_narrow;
     constexpr int H = HEAD_TILE;
     using L = Smem<D_QK, H>;
-    constexpr int kKSlots = L::kKSlots;
-    constexpr int kBarKEmpty = kBarKEmptyFor<H>;
+    constexpr int kStages = L::kStages;
+    constexpr int kBarKEmpty = kBarKEmptyFor<D_QK, H>;
     static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
     static_assert(H == 8 || H == 16 || H == 32, "HEAD_TILE must be 8, 16 or 32");
     static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
@@ -374,7 +385,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 
     if (threadIdx.x == 0) {
         mbar_init(bars + kBarQFull * 8, 32);
-        for (int s = 0; s < kKSlots; ++s) {
+        for (int s = 0; s < kStages; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 32);
             mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
         }
@@ -384,6 +395,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     __syncthreads();
 
     if (warp >= 4) {
+        if constexpr (kCtasPerSmFor<H> == 2) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
+        }
         // ---------------------------------------------------------------- gather warp
         // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
         // zero-filled, never read.
@@ -403,17 +417,20 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         Gather<D_QK, H> gather;
         gather.k_base = sk;
         gather.bars = bars;
-        gather.mask64 = reinterpret_cast<u64*>(smem + L::kMask);
+        gather.mask32 = reinterpret_cast<u32*>(smem + L::kMask);
         gather.kv = p.kv;
         gather.idx_row = p.indices + (i64)row_i * p.topk;
         gather.valid_len = valid_len;
         gather.s_kv = p.s_kv;
         gather.lane = lane;
-        gather.run(warp - 4, num_blocks);
+        gather.run(warp - 4, 2 * num_blocks);
         return;
     }
 
     // -------------------------------------------------------------------- consumer warpgroup
+    if constexpr (kCtasPerSmFor<H> == 2) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+    }
     constexpr int kAcc = H / 2;              // f32 registers of one m64nH accumulator
     constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
     constexpr int kQkSteps = D_QK / 32;
@@ -421,24 +438,28 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // S^T chunk accumulators in flight at once: as many as the register budget allows
     // (O^T holds 8 * kAcc registers).
     constexpr int kQkBuffers = H == 8 ? kQkChunks : (H == 16 ? 3 : 2);
+    // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
+    constexpr int kPvBuffers = H == 32 ? 3 : 8;
 
     const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
     const int t0 = lane & 3;    // accumulator column pair
 
     float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);  // [2][4 warps][H]
     float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);  // [4 warps][H]
-    const u64* mask64 = reinterpret_cast<const u64*>(smem + L::kMask);
+    const u32* mask32 = reinterpret_cast<const u32*>(smem + L::kMask);
 
     const float q_scale = __ldg(p.q_scale);
     const float kv_scale = __ldg(p.kv_scale);
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
     const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
     const u64 pt_desc = make_smem_desc(spt, 128, 512);
-    // ldmatrix row addresses of this lane in a K slot (row-major, pitch kRowStride).
-    // S^T A fragment of a k-step (32 channels): matrix lane/8 = rows 16*warp + 8*((lane/8)&1)
-    // + lane%8, bytes 16*(lane/16) … +15, i.e. registers a0..a3 of the wgmma A fragment.
-    const u32 k_lane_off = (u32)(16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::kRowStride +
-                           (u32)(lane >> 4) * 16;
+    // ldmatrix row addresses of this lane in a stage (row-major, pitch kRowStride).
+    // S^T A fragment of a k-step (32 channels): matrix lane/8 = block rows 16*warp +
+    // 8*((lane/8)&1) + lane%8, bytes 16*(lane/16) … +15, i.e. registers a0..a3 of the wgmma A
+    // fragment; block rows 0-31 are the block's first stage (warps 0, 1), 32-63 its second.
+    const u32 k_lane_off =
+        (u32)(16 * (warp & 1) + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::kRowStride +
+        (u32)(lane >> 4) * 16;
     // V^T (ldmatrix.trans) of a 32-token k-step: matrix lane/8 covers tokens 8*(lane/8) … +7,
     // so lane l addresses token l; this warp's 16-byte value-column chunk of M tile mt is
     // 4*mt + warp.
@@ -461,69 +482,71 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         l_run[c] = 0.f;
     }
 
-    if (num_blocks > 0) {
-        mbar_wait(bars + kBarQFull * 8, 0);
-        fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
-    }
+    // Stage addresses of block b: stages 2b (tokens 0-31) and 2b + 1 (tokens 32-63).
+    auto stage_addr = [&](int j) { return sk + (u32)((j % kStages) * L::kStageBytes); };
 
-    for (int b = 0; b < num_blocks; ++b) {
-        const int slot = b % kKSlots;
-        const u32 k_slot = sk + slot * L::kTileBytes;
-        mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
-        const u64 mask = mask64[slot];
-
-        // ---- S^T = K . Q^T, chunks of kQkChunkSteps k-steps into fresh accumulators
-        float s[kAcc];
-        float part[kQkBuffers][kAcc];
-        u32 ka[kQkBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
+    // ---- S^T = K . Q^T of block b, chunks of kQkChunkSteps k-steps into fresh accumulators.
+    // s_begin waits for the block's stages and issues every chunk (waiting for chunk
+    // c - kQkBuffers before reusing its buffers), leaving the last kQkBuffers chunks in flight;
+    // s_end adds them once the caller has waited for them.
+    float s[kAcc];
+    float part[kQkBuffers][kAcc];
+    u32 ka[kQkBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
+    auto add_chunk = [&](int c) {
+        float (&done)[kAcc] = part[c % kQkBuffers];
+        fence_regs(done);
+#pragma unroll
+        for (int j = 0; j < kQkChunkSteps; ++j) {
+            asm volatile("" ::"r"(ka[c % kQkBuffers][j][0]), "r"(ka[c % kQkBuffers][j][1]),
+                         "r"(ka[c % kQkBuffers][j][2]), "r"(ka[c % kQkBuffers][j][3])
+                         : "memory");
+        }
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) s[i] += done[i];
+    };
+    auto s_begin = [&](int b) {
+        const int j0 = 2 * b, j1 = 2 * b + 1;
+        mbar_wait(bars + (kBarKFull + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
+        mbar_wait(bars + (kBarKFull + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
+        const u32 k_rows = stage_addr(warp < 2 ? j0 : j1) + k_lane_off;  // this warp's rows
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
 #pragma unroll
-        for (int c = 0; c < kQkChunks + kQkBuffers; ++c) {
+        for (int c = 0; c < kQkChunks; ++c) {
             if (c >= kQkBuffers) {
-                // Chunk c - kQkBuffers is complete once at most kQkBuffers-1 groups are pending.
-                if (c < kQkChunks) {
-                    wgmma_wait<kQkBuffers - 1>();
-                } else {
-                    wgmma_wait<0>();
-                }
-                float (&done)[kAcc] = part[(c - kQkBuffers) % kQkBuffers];
-                fence_regs(done);
-#pragma unroll
-                for (int j = 0; j < kQkChunkSteps; ++j) {
-                    asm volatile("" ::"r"(ka[(c - kQkBuffers) % kQkBuffers][j][0]),
-                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][1]),
-                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][2]),
-                                 "r"(ka[(c - kQkBuffers) % kQkBuffers][j][3])
-                                 : "memory");
-                }
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) s[i] += done[i];
+                wgmma_wait<kQkBuffers - 1>();  // chunk c - kQkBuffers is done
+                add_chunk(c - kQkBuffers);
             }
-            if (c < kQkChunks) {
-                float (&acc)[kAcc] = part[c % kQkBuffers];
-                u32 (&fa)[kQkChunkSteps][4] = ka[c % kQkBuffers];
+            float (&acc)[kAcc] = part[c % kQkBuffers];
+            u32 (&fa)[kQkChunkSteps][4] = ka[c % kQkBuffers];
 #pragma unroll
-                for (int j = 0; j < kQkChunkSteps; ++j) {
-                    const int ks = c * kQkChunkSteps + j;
-                    if (ks < kQkSteps) {
-                        ldmatrix_x4(k_slot + k_lane_off + (u32)ks * 32, fa[j]);
-                    }
-                }
-                fence_regs(acc);
-                wgmma_fence();
-#pragma unroll
-                for (int j = 0; j < kQkChunkSteps; ++j) {
-                    const int ks = c * kQkChunkSteps + j;
-                    if (ks < kQkSteps) {
-                        wgmma_rs<H>(acc, fa[j], q_desc + (u64)(ks * 16), j > 0 ? 1u : 0u);
-                    }
-                }
-                wgmma_commit();
+            for (int j = 0; j < kQkChunkSteps; ++j) {
+                const int ks = c * kQkChunkSteps + j;
+                if (ks < kQkSteps) ldmatrix_x4(k_rows + (u32)ks * 32, fa[j]);
             }
+            fence_regs(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < kQkChunkSteps; ++j) {
+                const int ks = c * kQkChunkSteps + j;
+                if (ks < kQkSteps) {
+                    wgmma_rs<H>(acc, fa[j], q_desc + (u64)(ks * 16), j > 0 ? 1u : 0u);
+                }
+            }
+            wgmma_commit();
         }
+    };
+    auto s_end = [&]() {
+#pragma unroll
+        for (int c = kQkChunks - kQkBuffers; c < kQkChunks; ++c) add_chunk(c);
+    };
 
-        // ---- scale, mask (row r of S^T is token r of the block), column maxima of this warp
+    // ---- softmax of block b: scale, mask (row r of S^T is token r of the block), column maxima
+    // across the four warps, running max, p = 2^(s - m) -> P^T buffer b % 2 (e4m3), row sums.
+    // Returns whether any alpha of the warp differs from 1 (O^T then needs the rescale).
+    float alpha[2 * kColGroups];
+    auto softmax = [&](int b) -> bool {
+        const u64 mask = (u64)mask32[(2 * b) % kStages] | ((u64)mask32[(2 * b + 1) % kStages] << 32);
         float cmax[2 * kColGroups];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
@@ -553,9 +576,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             }
         }
         named_barrier_sync(kBarConsumers, kConsumerThreads);
-
-        // ---- block maxima across the warps, running max, p = 2^(s - m), P^T -> shared memory
-        float alpha[2 * kColGroups], m_sub[2 * kColGroups];
+        float m_sub[2 * kColGroups];
         bool rescale = false;
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
@@ -574,19 +595,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                 alpha[c] = fast_exp2(m_run[c] - m_sub[c]);
                 rescale |= alpha[c] != 1.f;
                 m_run[c] = m_new;
+                l_run[c] *= alpha[c];
             }
         }
-        // Rescale O^T now, so that alpha dies before the weights are formed. Its columns are
-        // this thread's heads: element i <-> statistic [2*(i/4) + i%2].
-        if (__any_sync(0xffffffffu, rescale)) {
-#pragma unroll
-            for (int mt = 0; mt < kValueTiles; ++mt) {
-#pragma unroll
-                for (int i = 0; i < kAcc; ++i) o[mt][i] *= alpha[2 * (i >> 2) + (i & 1)];
-            }
-        }
-#pragma unroll
-        for (int c = 0; c < 2 * kColGroups; ++c) l_run[c] *= alpha[c];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
 #pragma unroll
@@ -603,21 +614,34 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         }
         fence_proxy_async();  // P^T is read by wgmma (async proxy)
         named_barrier_sync(kBarConsumers, kConsumerThreads);
-
-        // ---- O^T += V^T . P^T over the 64 tokens of the block
-        u32 frag[2][2][4];  // [buffer][k-step][register]
+        return __any_sync(0xffffffffu, rescale);
+    };
+    // O^T columns are this thread's heads: element i <-> statistic [2*(i/4) + i%2].
+    auto rescale_o = [&]() {
 #pragma unroll
         for (int mt = 0; mt < kValueTiles; ++mt) {
-            u32 (&fr)[2][4] = frag[mt & 1];
-            if (mt >= 2) {
-                wgmma_wait<1>();  // the M tile that used this fragment buffer is done
-                keep_alive(fr);   // ... so only now may its registers be reused
+            fence_regs(o[mt]);
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) o[mt][i] *= alpha[2 * (i >> 2) + (i & 1)];
+        }
+    };
+
+    // ---- O^T += V^T . P^T of block b over its 64 tokens, kPvBuffers M tiles in flight; the
+    // block's stages are released after the last ldmatrix, before the tensor cores finish.
+    u32 frag[kPvBuffers][2][4];  // [buffer][k-step][register]
+    auto pv_issue = [&](int b) {
+        const u32 stage0 = stage_addr(2 * b), stage1 = stage_addr(2 * b + 1);
+#pragma unroll
+        for (int mt = 0; mt < kValueTiles; ++mt) {
+            u32 (&fr)[2][4] = frag[mt % kPvBuffers];
+            if (mt >= kPvBuffers) {
+                wgmma_wait<kPvBuffers - 1>();  // the M tile that used this buffer is done
+                keep_alive(fr);                // ... so only now may its registers be reused
             }
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks) {
                 u32 r0, r1, r2, r3;
-                ldmatrix_x4_trans(k_slot + (u32)ks * 32 * L::kRowStride + v_lane_off +
-                                      (u32)mt * 4 * 16,
+                ldmatrix_x4_trans((ks == 0 ? stage0 : stage1) + v_lane_off + (u32)mt * 4 * 16,
                                   r0, r1, r2, r3);
                 fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
                 fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
@@ -627,18 +651,44 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             fence_regs(o[mt]);
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < 2; ++ks) {
-                wgmma_rs<H>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
-            }
+            for (int ks = 0; ks < 2; ++ks) wgmma_rs<H>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
             wgmma_commit();
         }
-        // The slot's last reader (ldmatrix) is done: release it before the tensor cores finish.
-        mbar_arrive(bars + (kBarKEmpty + slot) * 8);
-        wgmma_wait<0>();
+        mbar_arrive(bars + (kBarKEmpty + (2 * b) % kStages) * 8);
+        mbar_arrive(bars + (kBarKEmpty + (2 * b + 1) % kStages) * 8);
+    };
+    auto pv_end = [&]() {
 #pragma unroll
         for (int mt = 0; mt < kValueTiles; ++mt) fence_regs(o[mt]);
-        keep_alive(frag[0]);
-        keep_alive(frag[1]);
+#pragma unroll
+        for (int f = 0; f < kPvBuffers; ++f) keep_alive(frag[f]);
+    };
+
+    if (num_blocks > 0) {
+        mbar_wait(bars + kBarQFull * 8, 0);
+        fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
+        s_begin(0);
+        wgmma_wait<0>();
+        s_end();
+        softmax(0);  // O^T is still zero: no rescale
+    }
+    // Per block: P.V of block b, then S^T and the softmax of block b + 1, then the rescale of
+    // O^T for block b + 1. (Issuing S^T of block b + 1 before P.V of block b, so that the
+    // softmax overlaps P.V, holds four stages at once; with the ring depth that fits, that
+    // measured slower.)
+    for (int b = 0; b + 1 < num_blocks; ++b) {
+        pv_issue(b);
+        wgmma_wait<0>();
+        pv_end();
+        s_begin(b + 1);
+        wgmma_wait<0>();
+        s_end();
+        if (softmax(b + 1)) rescale_o();
+    }
+    if (num_blocks > 0) {
+        pv_issue(num_blocks - 1);
+        wgmma_wait<0>();
+        pv_end();
     }
 
     // ---------------------------------------------------------------- epilogue

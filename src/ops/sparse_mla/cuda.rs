@@ -48,25 +48,33 @@ pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
     (320 * d_qk + 18304) as u32
 }
 
-/// K slots of the narrow kernel's ring: two per CTA for 8 and 16 heads (two CTAs per SM), four
-/// for 32 heads (one CTA per SM).
-pub const fn sparse_mla_narrow_slots(tile: usize) -> usize {
-    if tile == 32 { 4 } else { 2 }
+/// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
+/// (`sparse_mla_narrow::kGatherWarpsFor`; setmaxnreg moves registers only between whole
+/// warpgroups).
+pub const SPARSE_MLA_NARROW_GATHER_WARPS: usize = 4;
+
+/// Stages (32 gathered rows each, half a block) of the narrow kernel's K ring: as many as the
+/// shared memory of an SM holds for its CTAs (`sparse_mla_narrow::kStagesFor`).
+pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
+    match (tile, d_qk) {
+        (32, 576) => 11,
+        (32, _) => 12,
+        (_, 576) => 5,
+        _ => 6,
+    }
 }
 
-/// Threads per CTA of the narrow kernel: one consumer warpgroup and one gather warp per K slot
-/// (`sparse_mla_narrow::kThreadsFor`), 192 for 8 and 16 heads, 256 for 32 heads.
-pub const fn sparse_mla_narrow_threads(tile: usize) -> u32 {
-    (128 + 32 * sparse_mla_narrow_slots(tile)) as u32
-}
+/// Threads per CTA of the narrow kernel: one consumer warpgroup and the gather warpgroup
+/// (`sparse_mla_narrow::kThreadsFor`), 256 for every head tile.
+pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32;
 
 /// Dynamic shared memory of one CTA of the narrow kernel,
-/// `(tile + 64·slots)·D_QK + 112·tile + 1048·slots + 8` bytes (the kernel asserts the same
-/// formula: Q tile, K slots of 64 rows at a pitch of D_QK + 16 bytes, P^T, column statistics,
-/// validity masks, barriers).
+/// `tile·D_QK + stages·(32·D_QK + 536) + 112·tile + 8` bytes (the kernel asserts the same
+/// formula: Q tile, K ring stages of 32 rows at a pitch of D_QK + 16 bytes, P^T, column
+/// statistics, validity masks, barriers).
 pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
-    let slots = sparse_mla_narrow_slots(tile);
-    ((tile + 64 * slots) * d_qk + 112 * tile + 1048 * slots + 8) as u32
+    let stages = sparse_mla_narrow_stages(d_qk, tile);
+    (tile * d_qk + stages * (32 * d_qk + 536) + 112 * tile + 8) as u32
 }
 
 impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
@@ -164,9 +172,9 @@ impl SparseMlaLaunch for Cuda {
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match H_Q {
-            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(8, rows, &params) },
-            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(16, rows, &params) },
-            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(32, rows, &params) },
+            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, &params) },
+            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, &params) },
+            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, &params) },
             _ => {
                 let shape = LaunchShape {
                     grid: (rows, 1, 1),
@@ -189,13 +197,12 @@ impl Cuda {
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
     unsafe fn launch_narrow<K: CudaKernel<Params = SparseMlaParams>>(
         &self,
-        tile: usize,
         ctas: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
         let shape = LaunchShape {
             grid: (ctas, 1, 1),
-            block: (sparse_mla_narrow_threads(tile), 1, 1),
+            block: (SPARSE_MLA_NARROW_THREADS, 1, 1),
             smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
