@@ -190,8 +190,7 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of a narrow-tile kernel `K` (head tile `tile`) over `ctas` CTAs (one per
-    /// query row).
+    /// One launch of a narrow-tile kernel `K` over `ctas` CTAs (one per query row).
     ///
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
