@@ -108,6 +108,9 @@ constexpr int kGatherWarpsFor = 4;  // a whole warpgroup: setmaxnreg works on wa
 // launch; the gather warpgroup gives registers to the consumer warpgroup).
 constexpr int kConsumerRegs = 224;
 constexpr int kGatherRegs = 32;
+// setmaxnreg.inc blocks until the CTA's pool (its registers at launch: 65536 / 512 threads = 128
+// a thread under the launch bounds) can supply it, so the two counts must add up to that pool.
+static_assert((kConsumerRegs + kGatherRegs) * 128 == 65536 / 2, "register pool of one CTA");
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
 constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12) : (D_QK == 576 ? 5 : 6);
