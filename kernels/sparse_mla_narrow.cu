@@ -443,6 +443,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     constexpr int kQkBuffers = H == 8 ? kQkChunks : (H == 16 ? 3 : 2);
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
     constexpr int kPvBuffers = H == 32 ? 3 : 8;
+    // 32 heads: the first P.V tiles' V^T fragments load before the softmax (5% faster measured);
+    // 8 and 16 heads gain nothing from it.
+    constexpr bool kPrefetchV = H == 32;
 
     const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
     const int t0 = lane & 3;    // accumulator column pair
@@ -632,24 +635,38 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // ---- O^T += V^T . P^T of block b over its 64 tokens, kPvBuffers M tiles in flight; the
     // block's stages are released after the last ldmatrix, before the tensor cores finish.
     u32 frag[kPvBuffers][2][4];  // [buffer][k-step][register]
+    // V^T A fragments of M tile mt of block b (ldmatrix.trans delivers 2-byte column pairs; the
+    // byte permutes split them into the e4m3 rows g and g+8).
+    auto load_v = [&](int b, int mt, u32 (&fr)[2][4]) {
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            u32 r0, r1, r2, r3;
+            ldmatrix_x4_trans(stage_addr(2 * b + ks) + v_lane_off + (u32)mt * 4 * 16, r0, r1, r2,
+                              r3);
+            fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
+            fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
+            fr[ks][2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens 16-31
+            fr[ks][3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens 16-31
+        }
+    };
+    // With kPrefetchV the first kPvBuffers tiles' fragments were loaded before the softmax
+    // (prefetch_v), so their shared-memory latency hid behind it.
+    auto prefetch_v = [&](int b) {
+        if constexpr (kPrefetchV) {
+#pragma unroll
+            for (int mt = 0; mt < kPvBuffers; ++mt) load_v(b, mt, frag[mt]);
+        }
+    };
     auto pv_issue = [&](int b) {
-        const u32 stage0 = stage_addr(2 * b), stage1 = stage_addr(2 * b + 1);
 #pragma unroll
         for (int mt = 0; mt < kValueTiles; ++mt) {
             u32 (&fr)[2][4] = frag[mt % kPvBuffers];
             if (mt >= kPvBuffers) {
                 wgmma_wait<kPvBuffers - 1>();  // the M tile that used this buffer is done
                 keep_alive(fr);                // ... so only now may its registers be reused
-            }
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks) {
-                u32 r0, r1, r2, r3;
-                ldmatrix_x4_trans((ks == 0 ? stage0 : stage1) + v_lane_off + (u32)mt * 4 * 16,
-                                  r0, r1, r2, r3);
-                fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
-                fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
-                fr[ks][2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens 16-31
-                fr[ks][3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens 16-31
+                load_v(b, mt, fr);
+            } else if (!kPrefetchV) {
+                load_v(b, mt, fr);
             }
             fence_regs(o[mt]);
             wgmma_fence();
@@ -673,6 +690,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         s_begin(0);
         wgmma_wait<0>();
         s_end();
+        prefetch_v(0);
         softmax(0);  // O^T is still zero: no rescale
     }
     // Per block: P.V of block b, then S^T and the softmax of block b + 1, then the rescale of
@@ -686,6 +704,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         s_begin(b + 1);
         wgmma_wait<0>();
         s_end();
+        prefetch_v(b + 1);
         if (softmax(b + 1)) rescale_o();
     }
     if (num_blocks > 0) {
