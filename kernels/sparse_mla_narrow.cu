@@ -43,16 +43,17 @@
 // lane l issues one bulk copy (cp.async.bulk, completing as transaction bytes on the stage's
 // mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp and
 // never read. (16-byte cp.async gathers ran at a third of the rate of plain loads; the bulk copy
-// engine's rate grows with the number of issuing warps: four gather warps per CTA ran 11% faster
-// than two at 8 heads.) Half-block stages let the ring hold more of the next blocks than
-// whole-block slots in the same shared memory (with two 64-row slots per CTA, the consumers
-// waited for their next block a quarter of the time). The consumer
-// warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the wide kernel),
-// masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T to shared
-// memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8 and 16 heads,
-// their V^T fragments in the registers the gather warpgroup gave up); it releases both stages as
-// soon as its last ldmatrix has read them. For 8 and 16 heads two CTAs share an SM, so one CTA's
-// softmax overlaps the other's tensor-core work.
+// engine's rate grows with the number of issuing warps: a whole gather warpgroup, with all P.V
+// tiles in flight, ran 11% faster at 8 heads than two gather warps.) Half-block stages let the
+// ring hold more of the next blocks than whole-block slots in the same shared memory (with two
+// 64-row slots per CTA, the consumers waited for their next block a quarter of the time).
+// The consumer warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the
+// wide kernel), masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T
+// to shared memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8
+// and 16 heads, their V^T fragments in the registers the gather warpgroup gave up; for 32 heads
+// three, the first of them loaded before the softmax); it releases both stages as soon as its
+// last ldmatrix has read them. For 8 and 16 heads two CTAs share an SM, so one CTA's softmax
+// overlaps the other's tensor-core work.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
 // element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
