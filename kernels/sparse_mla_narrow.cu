@@ -41,10 +41,11 @@
 // One CTA = one query row. The gathered rows go through a ring of stages of 32 rows (half a
 // block; a block is stages 2b and 2b + 1). Gather warp w fills stages w, w + gather_warps, ...:
 // lane l issues one bulk copy (cp.async.bulk, completing as transaction bytes on the stage's
-// mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp and
-// never read. (16-byte cp.async gathers ran at a third of the rate of plain loads; the bulk copy
-// engine's rate grows with the number of issuing warps: a whole gather warpgroup, with all P.V
-// tiles in flight, ran 11% faster at 8 heads than two gather warps.) Half-block stages let the
+// mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp (no
+// global read; their scores are masked and their zeros add nothing to P.V). (16-byte cp.async
+// gathers ran at a third of the rate of plain loads; the bulk copy engine's rate grows with the
+// number of issuing warps: a whole gather warpgroup, with all P.V tiles in flight, ran 11%
+// faster at 8 heads than two gather warps.) Half-block stages let the
 // ring hold more of the next blocks than whole-block slots in the same shared memory (with two
 // 64-row slots per CTA, the consumers waited for their next block a quarter of the time).
 // The consumer warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         }
         // ---------------------------------------------------------------- gather warp
         // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
-        // zero-filled, never read.
+        // zero-filled (no global read); their outputs are not written.
         if (warp == 4 && num_blocks > 0) {
             const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
             for (int e = lane; e < H * L::kChunks; e += 32) {
@@ -549,7 +550,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     };
 
     // ---- softmax of block b: scale, mask (row r of S^T is token r of the block), column maxima
-    // across the four warps, running max, p = 2^(s - m) -> P^T buffer b % 2 (e4m3), row sums.
+    // across the four warps, running max, p = 2^(s - m) -> P^T (e4m3), row sums.
     // Returns whether any alpha of the warp differs from 1 (O^T then needs the rescale).
     float alpha[2 * kColGroups];
     auto softmax = [&](int b) -> bool {
