@@ -307,16 +307,19 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
             .unwrap()
     });
     let sink = g.upload(&[0u32]).unwrap();
-    let us_gather = time_us(g, 3, 20, |i| {
+    // Both gather limits read input set i % 2 with the same parameter block.
+    let limit_params = |i: usize| {
         let (kv, idx) = &raw[i % 2];
-        let params = GatherLimitParams {
+        GatherLimitParams {
             kv: g.ptr(kv),
             indices: g.ptr(idx),
             sink: g.ptr(&sink),
             topk: TOPK as i32,
             s_kv: s_kv as i32,
             s_q: S_Q as i32,
-        };
+        }
+    };
+    let us_gather = time_us(g, 3, 20, |i| {
         let shape = LaunchShape {
             grid: (S_Q as u32, 1, 1),
             block: (256, 1, 1),
@@ -324,30 +327,24 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
         };
         // SAFETY: kv holds s_kv rows of D bytes, indices S_Q rows of TOPK; rows outside
         // [0, s_kv) are skipped; sink is one u32.
-        unsafe { g.launch::<GatherLimit<D>>(shape, &params).unwrap() }
+        unsafe { g.launch::<GatherLimit<D>>(shape, &limit_params(i)).unwrap() }
     });
     let sms = g
         .context()
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .unwrap() as u32;
     let us_bulk = time_us(g, 3, 20, |i| {
-        let (kv, idx) = &raw[i % 2];
-        let params = GatherLimitParams {
-            kv: g.ptr(kv),
-            indices: g.ptr(idx),
-            sink: g.ptr(&sink),
-            topk: TOPK as i32,
-            s_kv: s_kv as i32,
-            s_q: S_Q as i32,
-        };
         let shape = LaunchShape {
             grid: (sms, 1, 1), // one CTA per SM, streaming the rows
             block: (192, 1, 1),
-            smem_bytes: gather_bulk_smem_bytes(D),
+            smem_bytes: GatherBulkLimit::<D>::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: as above; the copies land in the CTA's own shared memory, which the kernel
         // waits for before it exits.
-        unsafe { g.launch::<GatherBulkLimit<D>>(shape, &params).unwrap() }
+        unsafe {
+            g.launch::<GatherBulkLimit<D>>(shape, &limit_params(i))
+                .unwrap()
+        }
     });
     let flops = SparseMlaPrefill::<D, H, TOPK, Plain, H>::flops(S_Q);
     let tflops = flops / (us * 1e-6) / 1e12;
