@@ -341,6 +341,10 @@ struct Gather {
                 // released too: the barrier is at most one phase behind the parity waited for.
                 mbar_wait(bars + (kBarKEmptyFor<D_QK, H> + j % kStages) * 8,
                           (u32)(j / kStages - 1) & 1u);
+                // The slot's previous rows may have been zero-filled by another gather warp
+                // (generic proxy); order those writes before this warp's bulk copies (async
+                // proxy) into the same rows.
+                fence_proxy_async();
             }
             issue_stage(j, idx_cur);
             idx_cur = idx_next;
@@ -429,6 +433,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         gather.s_kv = p.s_kv;
         gather.lane = lane;
         gather.run(warp - 4, 2 * num_blocks);
+        // Warp 4's Q cp.async (and its mbarrier arrival) completes before the warp exits.
+        asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
 
