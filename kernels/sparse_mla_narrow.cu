@@ -13,13 +13,14 @@
 //           of query row b / head_tiles.
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
 //           8 and 16 heads: two CTAs per SM (128 registers a thread at launch; setmaxnreg then
-//           moves registers from the gather warpgroup, 32 a thread, to the consumers, 224);
+//           moves registers from the gather warpgroup, 32 a thread, to the consumers, 224),
+//           except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 24 and 136);
 //           32 heads: one CTA per SM (its O^T needs the registers).
 //   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 8
-//           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 6 (8, 16
-//           heads, D_QK 512), 11 (32 heads, D_QK 576), 12 (32 heads, D_QK 512):
+//           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 4 (8 heads,
+//           D_QK 512), 6 (16 heads, D_QK 512), 11 (32 heads, D_QK 576), 12 (32 heads, D_QK 512):
 //           D_QK 576: 100352 (8 heads), 105856 (16), 230672 (32);
-//           D_QK 512: 106520 (8), 111512 (16), 223016 (32).
+//           D_QK 512: 72680 (8), 111512 (16), 223016 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -100,22 +101,36 @@ constexpr int kDV = 512;               // value width
 constexpr int kValueTiles = kDV / 64;  // M tiles of O^T
 // The K ring holds stages of 32 gathered rows (half a block); a block is two consecutive stages.
 constexpr int kStageTokens = 32;
-// CTAs per SM by head tile: 8 and 16 heads run two CTAs per SM; the 32-head O^T accumulator (128
-// registers a thread) needs more registers than two CTAs leave, so 32 heads run one per SM.
-template <int H>
-constexpr int kCtasPerSmFor = H == 32 ? 1 : 2;
+// CTAs per SM by tile: 8 and 16 heads run two CTAs per SM, 8 heads at d_qk 512 three (their
+// 32-row stages are small enough for four of them a CTA; three CTAs measured 10% faster than
+// two); a 32-head O^T accumulator (128 registers a thread) needs more registers than two CTAs
+// leave, so 32 heads run one per SM. (8 heads at d_qk 576 in three CTAs would have room for
+// three 32-row stages or seven 16-row ones a CTA: both measured slower than two CTAs.)
+template <int D_QK, int H>
+constexpr int kCtasPerSmFor = H == 32 ? 1 : (H == 8 && D_QK == 512 ? 3 : 2);
 template <int H>
 constexpr int kGatherWarpsFor = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
-// Registers per thread after the warp-specialised re-allocation (two CTAs per SM: 128 at
-// launch; the gather warpgroup gives registers to the consumer warpgroup).
-constexpr int kConsumerRegs = 224;
-constexpr int kGatherRegs = 32;
-// setmaxnreg.inc blocks until the CTA's pool (its registers at launch: 65536 / 512 threads = 128
-// a thread under the launch bounds) can supply it, so the two counts must add up to that pool.
-static_assert((kConsumerRegs + kGatherRegs) * 128 == 65536 / 2, "register pool of one CTA");
+// Registers per thread at launch, under the launch bounds (256 threads a CTA; unit of 8):
+// 128 at two CTAs per SM, 80 at three.
+template <int D_QK, int H>
+constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
+// Registers per thread after the warp-specialised re-allocation (at two or three CTAs per SM):
+// the gather warpgroup gives registers to the consumer warpgroup.
+template <int D_QK, int H>
+constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 136 : 224;
+template <int D_QK, int H>
+constexpr int kGatherRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 24 : 32;
+// setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
+// counts must add up to that pool.
+template <int D_QK, int H>
+constexpr bool kRegisterPoolFits = kCtasPerSmFor<D_QK, H> == 1 ||
+                                   (kConsumerRegsFor<D_QK, H> + kGatherRegsFor<D_QK, H>) * 128 ==
+                                       kLaunchRegsFor<D_QK, H> * 256;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
-constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12) : (D_QK == 576 ? 5 : 6);
+constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12)
+                           : H == 16 ? (D_QK == 576 ? 5 : 6)
+                                     : (D_QK == 576 ? 5 : 4);
 // Threads per CTA: warps 0-3 = the consumer warpgroup, warps 4-7 the gather warps (gather warp w
 // fills stages w, w + 4, ...).
 template <int H>
@@ -147,7 +162,7 @@ struct Smem {
     static_assert(kK % 128 == 0 && kStageBytes % 16 == 0, "K stages must stay 16-byte aligned");
     static_assert(kBytes == H * D_QK + kStages * (32 * D_QK + 536) + 112 * H + 8,
                   "launch-shape formula in the header");
-    static_assert(kCtasPerSmFor<H> * (kBytes + 1024) <= 233472 && kBytes <= 232448,
+    static_assert(kCtasPerSmFor<D_QK, H> * (kBytes + 1024) <= 233472 && kBytes <= 232448,
                   "the CTAs of one SM must fit in its shared memory");
 };
 
@@ -360,7 +375,7 @@ struct Gather {
 
 template <int D_QK, int HEAD_TILE, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
 __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
-                                  sparse_mla_narrow::kCtasPerSmFor<HEAD_TILE>)
+                                  sparse_mla_narrow::kCtasPerSmFor<D_QK, HEAD_TILE>)
     sparse_mla_narrow_kernel(const SparseMlaParams p) {
     using namespace sparse_mla_narrow;
     constexpr int H = HEAD_TILE;
@@ -370,6 +385,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
     static_assert(H == 8 || H == 16 || H == 32, "HEAD_TILE must be 8, 16 or 32");
     static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
+    static_assert(kRegisterPoolFits<D_QK, H>, "register pool of one CTA");
 
     extern __shared__ __align__(1024) u8 smem[];
     const u32 smem_base = smem_addr(smem);
@@ -404,8 +420,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     __syncthreads();
 
     if (warp >= 4) {
-        if constexpr (kCtasPerSmFor<H> == 2) {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
+        if constexpr (kCtasPerSmFor<D_QK, H> >= 2) {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegsFor<D_QK, H>));
         }
         // ---------------------------------------------------------------- gather warp
         // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
@@ -439,8 +455,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     }
 
     // -------------------------------------------------------------------- consumer warpgroup
-    if constexpr (kCtasPerSmFor<H> == 2) {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+    if constexpr (kCtasPerSmFor<D_QK, H> >= 2) {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegsFor<D_QK, H>));
     }
     constexpr int kAcc = H / 2;              // f32 registers of one m64nH accumulator
     constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
@@ -448,7 +464,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
     // S^T chunk accumulators in flight at once: as many as the register budget allows
     // (O^T holds 8 * kAcc registers).
-    constexpr int kQkBuffers = H == 8 ? kQkChunks : (H == 16 ? 3 : 2);
+    // (8 heads at three CTAs per SM: 136 registers hold three.)
+    constexpr int kQkBuffers =
+        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 3 : kQkChunks) : (H == 16 ? 3 : 2);
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
     constexpr int kPvBuffers = H == 32 ? 3 : 8;
     // 32 heads: the first P.V tiles' V^T fragments load before the softmax (5% faster measured);

@@ -60,6 +60,8 @@ pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
         (32, 576) => 11,
         (32, _) => 12,
         (_, 576) => 5,
+        // Three CTAs per SM (`sparse_mla_narrow::kCtasPerSmFor`) leave room for four stages.
+        (8, _) => 4,
         _ => 6,
     }
 }
