@@ -8,19 +8,20 @@
 // Launch shape (the Rust side mirrors these formulas exactly)
 // ================================================================================================
 //
-//   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the
-//           library sends here). CTA b handles heads HEAD_TILE*(b % head_tiles) … +HEAD_TILE-1
-//           of query row b / head_tiles.
+//   grid  = min(head_tiles * s_q, SMs * CTAs per SM) CTAs, 1-D (persistent; any grid size is
+//           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the library sends
+//           here). Work item w = (heads HEAD_TILE*(w % head_tiles) … +HEAD_TILE-1 of query row
+//           w / head_tiles); CTA b takes items b, b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
 //           8 and 16 heads: two CTAs per SM (128 registers a thread at launch; setmaxnreg then
-//           moves registers from the gather warpgroup, 32 a thread, to the consumers, 224),
-//           except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 24 and 136);
+//           moves registers from the gather warpgroup, 40 a thread, to the consumers, 216),
+//           except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120);
 //           32 heads: one CTA per SM (its O^T needs the registers).
-//   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 8
+//   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 16
 //           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 4 (8 heads,
 //           D_QK 512), 6 (16 heads, D_QK 512), 11 (32 heads, D_QK 576), 12 (32 heads, D_QK 512):
-//           D_QK 576: 100352 (8 heads), 105856 (16), 230672 (32);
-//           D_QK 512: 72680 (8), 111512 (16), 223016 (32).
+//           D_QK 576: 100360 (8 heads), 105864 (16), 230680 (32);
+//           D_QK 512: 72688 (8), 111520 (16), 223024 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -39,8 +40,11 @@
 // Both accumulators have the heads as columns, in the same register layout, so a thread's softmax
 // statistics (running max, rescale factor, row sum) are those of the O^T columns it holds.
 //
-// One CTA = one query row. The gathered rows go through a ring of stages of 32 rows (half a
-// block; a block is stages 2b and 2b + 1). Gather warp w fills stages w, w + gather_warps, ...:
+// A CTA works through its query rows one after the other, and its gathered rows go through one
+// ring of stages of 32 rows (half a block; block b of a row is the row's stages 2b and 2b + 1)
+// numbered across the rows, so the gather warps fill the next row's first stages while the
+// consumers finish the current row (without it, a row's consumer waited ~10% of its time for
+// its first block). Gather warp w fills stages w, w + gather_warps, ...:
 // lane l issues one bulk copy (cp.async.bulk, completing as transaction bytes on the stage's
 // mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp (no
 // global read; their scores are masked and their zeros add nothing to P.V). (16-byte cp.async
@@ -115,11 +119,12 @@ constexpr int kGatherWarpsFor = 4;  // a whole warpgroup: setmaxnreg works on wa
 template <int D_QK, int H>
 constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
 // Registers per thread after the warp-specialised re-allocation (at two or three CTAs per SM):
-// the gather warpgroup gives registers to the consumer warpgroup.
+// the gather warpgroup gives registers to the consumer warpgroup (the gather warps' row loop
+// needs 40; the consumer at three CTAs per SM fits 120 with four P.V tiles in flight).
 template <int D_QK, int H>
-constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 136 : 224;
+constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 120 : 216;
 template <int D_QK, int H>
-constexpr int kGatherRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 24 : 32;
+constexpr int kGatherRegsFor = 40;
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
 // counts must add up to that pool.
 template <int D_QK, int H>
@@ -157,10 +162,10 @@ struct Smem {
     static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
     static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
     static constexpr int kMask = kSum + 4 * H * 4;           // u32     [kStages] validity masks
-    static constexpr int kBars = kMask + kStages * 8;        // u64     mbarriers (1 + 2*kStages)
-    static constexpr int kBytes = kBars + (1 + 2 * kStages) * 8;
+    static constexpr int kBars = kMask + kStages * 8;        // u64     mbarriers (2 + 2*kStages)
+    static constexpr int kBytes = kBars + (2 + 2 * kStages) * 8;
     static_assert(kK % 128 == 0 && kStageBytes % 16 == 0, "K stages must stay 16-byte aligned");
-    static_assert(kBytes == H * D_QK + kStages * (32 * D_QK + 536) + 112 * H + 8,
+    static_assert(kBytes == H * D_QK + kStages * (32 * D_QK + 536) + 112 * H + 16,
                   "launch-shape formula in the header");
     static_assert(kCtasPerSmFor<D_QK, H> * (kBytes + 1024) <= 233472 && kBytes <= 232448,
                   "the CTAs of one SM must fit in its shared memory");
@@ -171,6 +176,8 @@ constexpr int kBarQFull = 0;
 constexpr int kBarKFull = 1;
 template <int D_QK, int H>
 constexpr int kBarKEmptyFor = 1 + kStagesFor<D_QK, H>;
+template <int D_QK, int H>
+constexpr int kBarQEmptyFor = 1 + 2 * kStagesFor<D_QK, H>;
 
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
@@ -343,12 +350,15 @@ struct Gather {
         mbar_arrive(full);  // 32 arrivals: releases the zero rows and the mask
     }
 
-    // Gather warp w: stages w, w + kWarps, ... (stage j into ring slot j % kStages).
-    __device__ __forceinline__ void run(int w, int num_stages) const {
-        int idx_cur = w < num_stages ? load_index(w) : -1;
-        for (int j = w; j < num_stages; j += kWarps) {
+    // Gather warp w: the row's stages t whose CTA-wide stage number j = j_base + t is w, w +
+    // kWarps, ... (stage j into ring slot j % kStages).
+    __device__ __forceinline__ void run(int w, int j_base, int num_stages) const {
+        const int t_first = ((w - j_base) % kWarps + kWarps) % kWarps;
+        int idx_cur = t_first < num_stages ? load_index(t_first) : -1;
+        for (int t = t_first; t < num_stages; t += kWarps) {
+            const int j = j_base + t;
             // The index of this warp's next stage loads while this one waits for its slot.
-            const int idx_next = j + kWarps < num_stages ? load_index(j + kWarps) : -1;
+            const int idx_next = t + kWarps < num_stages ? load_index(t + kWarps) : -1;
             if (j >= kStages) {
                 // The consumers finished reading stage j - kStages, the slot's previous stage.
                 // They release stages in order, and this warp already saw stage
@@ -394,22 +404,32 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     const u32 spt = smem_base + L::kPt;
     const u32 bars = smem_base + L::kBars;
 
-    const int tile = blockIdx.x % p.head_tiles;
-    const int row_i = blockIdx.x / p.head_tiles;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
 
-    int valid_len = p.topk;
-    if (HAVE_TOPK_LENGTH) {
-        valid_len = min(max(__ldg(p.topk_length + row_i), 0), p.topk);
-    }
-    // Blocks that can hold a valid token.
-    const int num_blocks =
-        HAVE_TOPK_LENGTH ? (valid_len + kTokensPerBlock - 1) / kTokensPerBlock
-                         : p.topk / kTokensPerBlock;
+    // The CTA is persistent: it takes work items (query row, head tile) blockIdx.x,
+    // blockIdx.x + gridDim.x, ...; its K ring, barriers and phases run on across them, so the
+    // gather warps fill the next row's first stages while the consumers finish the current row.
+    const int items = p.s_q * p.head_tiles;
+    struct Row {
+        int tile, row_i, valid_len, num_blocks;  // num_blocks: blocks that can hold a valid token
+    };
+    auto row_of = [&](int item) {
+        Row r;
+        r.tile = item % p.head_tiles;
+        r.row_i = item / p.head_tiles;
+        r.valid_len = p.topk;
+        if (HAVE_TOPK_LENGTH) {
+            r.valid_len = min(max(__ldg(p.topk_length + r.row_i), 0), p.topk);
+        }
+        r.num_blocks = HAVE_TOPK_LENGTH ? (r.valid_len + kTokensPerBlock - 1) / kTokensPerBlock
+                                        : p.topk / kTokensPerBlock;
+        return r;
+    };
 
     if (threadIdx.x == 0) {
         mbar_init(bars + kBarQFull * 8, 32);
+        mbar_init(bars + kBarQEmptyFor<D_QK, H> * 8, kConsumerThreads);
         for (int s = 0; s < kStages; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 32);
             mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
@@ -424,31 +444,42 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegsFor<D_QK, H>));
         }
         // ---------------------------------------------------------------- gather warp
-        // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
-        // zero-filled (no global read); their outputs are not written.
-        if (warp == 4 && num_blocks > 0) {
-            const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
-            for (int e = lane; e < H * L::kChunks; e += 32) {
-                const int r = e / L::kChunks;
-                const int c = e % L::kChunks;
-                const int head = tile * H + r;
-                const bool valid = head < p.h_q;
-                const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
-                cp_async_16(sq + (r >> 3) * L::kRowGroupBytes + c * 128 + (r & 7) * 16, src,
-                            valid ? 16u : 0u);
-            }
-            mbar_arrive_cp_async(bars + kBarQFull * 8);
-        }
         Gather<D_QK, H> gather;
         gather.k_base = sk;
         gather.bars = bars;
         gather.mask32 = reinterpret_cast<u32*>(smem + L::kMask);
         gather.kv = p.kv;
-        gather.idx_row = p.indices + (i64)row_i * p.topk;
-        gather.valid_len = valid_len;
         gather.s_kv = p.s_kv;
         gather.lane = lane;
-        gather.run(warp - 4, 2 * num_blocks);
+        int j_base = 0;  // CTA-wide number of the row's first stage
+        int q_uses = 0;  // rows with blocks so far: the phase of q_full / q_empty
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const Row r = row_of(item);
+            if (r.num_blocks == 0) continue;  // no Q, no stages: the consumers skip it too
+            // Q tile -> shared memory by gather warp 0, once the consumers are done with the
+            // previous row's (q_empty; one warp loads every Q tile, so it waited for the
+            // previous phase itself and the barrier is at most one phase behind). Heads >= h_q
+            // are zero-filled (no global read); their outputs are not written.
+            if (warp == 4) {
+                if (q_uses > 0) mbar_wait(bars + kBarQEmptyFor<D_QK, H> * 8, (u32)(q_uses - 1) & 1u);
+                const u8* q_row = p.q + (i64)r.row_i * p.h_q * D_QK;
+                for (int e = lane; e < H * L::kChunks; e += 32) {
+                    const int hr = e / L::kChunks;
+                    const int c = e % L::kChunks;
+                    const int head = r.tile * H + hr;
+                    const bool valid = head < p.h_q;
+                    const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
+                    cp_async_16(sq + (hr >> 3) * L::kRowGroupBytes + c * 128 + (hr & 7) * 16, src,
+                                valid ? 16u : 0u);
+                }
+                mbar_arrive_cp_async(bars + kBarQFull * 8);
+            }
+            ++q_uses;
+            gather.idx_row = p.indices + (i64)r.row_i * p.topk;
+            gather.valid_len = r.valid_len;
+            gather.run(warp - 4, j_base, 2 * r.num_blocks);
+            j_base += 2 * r.num_blocks;
+        }
         // Warp 4's Q cp.async (and its mbarrier arrival) completes before the warp exits.
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
@@ -464,11 +495,11 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
     // S^T chunk accumulators in flight at once: as many as the register budget allows
     // (O^T holds 8 * kAcc registers).
-    // (8 heads at three CTAs per SM: 136 registers hold three.)
+    // (8 heads at three CTAs per SM: 128 registers hold two.)
     constexpr int kQkBuffers =
-        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 3 : kQkChunks) : (H == 16 ? 3 : 2);
+        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 2);
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
-    constexpr int kPvBuffers = H == 32 ? 3 : 8;
+    constexpr int kPvBuffers = H == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
     // 32 heads: the first P.V tiles' V^T fragments load before the softmax (5% faster measured);
     // 8 and 16 heads gain nothing from it.
     constexpr bool kPrefetchV = H == 32;
@@ -501,20 +532,13 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + (g & 1));
 
     float o[kValueTiles][kAcc];  // O^T: [M tile][accumulator]; row = value column, column = head
-#pragma unroll
-    for (int mt = 0; mt < kValueTiles; ++mt) {
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) o[mt][i] = 0.f;
-    }
     // Statistics of this thread's columns: heads 8*j + 2*t0 + v, stored at [2*j + v].
     float m_run[2 * kColGroups], l_run[2 * kColGroups];
-#pragma unroll
-    for (int c = 0; c < 2 * kColGroups; ++c) {
-        m_run[c] = -pos_inf();
-        l_run[c] = 0.f;
-    }
+    // CTA-wide number of the current row's first stage: block b of the row is stages
+    // j_base + 2b and j_base + 2b + 1.
+    int j_base = 0;
 
-    // Stage addresses of block b: stages 2b (tokens 0-31) and 2b + 1 (tokens 32-63).
+    // Stage addresses: block b of the row is stages j_base + 2b (tokens 0-31) and + 1 (32-63).
     auto stage_addr = [&](int j) { return sk + (u32)((j % kStages) * L::kStageBytes); };
 
     // ---- S^T = K . Q^T of block b, chunks of kQkChunkSteps k-steps into fresh accumulators.
@@ -537,7 +561,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         for (int i = 0; i < kAcc; ++i) s[i] += done[i];
     };
     auto s_begin = [&](int b) {
-        const int j0 = 2 * b, j1 = 2 * b + 1;
+        const int j0 = j_base + 2 * b, j1 = j0 + 1;
         mbar_wait(bars + (kBarKFull + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
         mbar_wait(bars + (kBarKFull + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
         const u32 k_rows = stage_addr(warp < 2 ? j0 : j1) + k_lane_off;  // this warp's rows
@@ -578,7 +602,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // Returns whether any alpha of the warp differs from 1 (O^T then needs the rescale).
     float alpha[2 * kColGroups];
     auto softmax = [&](int b) -> bool {
-        const u64 mask = (u64)mask32[(2 * b) % kStages] | ((u64)mask32[(2 * b + 1) % kStages] << 32);
+        const int j0 = j_base + 2 * b;
+        const u64 mask = (u64)mask32[j0 % kStages] | ((u64)mask32[(j0 + 1) % kStages] << 32);
         float cmax[2 * kColGroups];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
@@ -667,8 +692,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
             u32 r0, r1, r2, r3;
-            ldmatrix_x4_trans(stage_addr(2 * b + ks) + v_lane_off + (u32)mt * 4 * 16, r0, r1, r2,
-                              r3);
+            ldmatrix_x4_trans(stage_addr(j_base + 2 * b + ks) + v_lane_off + (u32)mt * 4 * 16, r0,
+                              r1, r2, r3);
             fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
             fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
             fr[ks][2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens 16-31
@@ -700,8 +725,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             for (int ks = 0; ks < 2; ++ks) wgmma_rs<H>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
             wgmma_commit();
         }
-        mbar_arrive(bars + (kBarKEmpty + (2 * b) % kStages) * 8);
-        mbar_arrive(bars + (kBarKEmpty + (2 * b + 1) % kStages) * 8);
+        mbar_arrive(bars + (kBarKEmpty + (j_base + 2 * b) % kStages) * 8);
+        mbar_arrive(bars + (kBarKEmpty + (j_base + 2 * b + 1) % kStages) * 8);
     };
     auto pv_end = [&]() {
 #pragma unroll
@@ -710,90 +735,119 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         for (int f = 0; f < kPvBuffers; ++f) keep_alive(frag[f]);
     };
 
-    if (num_blocks > 0) {
-        mbar_wait(bars + kBarQFull * 8, 0);
-        fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
-        s_begin(0);
-        wgmma_wait<0>();
-        s_end();
-        prefetch_v(0);
-        softmax(0);  // O^T is still zero: no rescale
-    }
-    // Per block: P.V of block b, then S^T and the softmax of block b + 1, then the rescale of
-    // O^T for block b + 1. (Issuing S^T of block b + 1 before P.V of block b, so that the
-    // softmax overlaps P.V, holds four stages at once; with the ring depth that fits, that
-    // measured slower.)
-    for (int b = 0; b + 1 < num_blocks; ++b) {
-        pv_issue(b);
-        wgmma_wait<0>();
-        pv_end();
-        s_begin(b + 1);
-        wgmma_wait<0>();
-        s_end();
-        prefetch_v(b + 1);
-        if (softmax(b + 1)) rescale_o();
-    }
-    if (num_blocks > 0) {
-        pv_issue(num_blocks - 1);
-        wgmma_wait<0>();
-        pv_end();
-    }
-
-    // ---------------------------------------------------------------- epilogue
-    // Column sums: this thread's two rows, then the 8 lanes of a column, then the 4 warps.
+    // The last S^T of a row has read the Q tile: the gather warps may load the next row's.
+    auto q_done = [&]() {
+        fence_proxy_async();
+        mbar_arrive(bars + kBarQEmptyFor<D_QK, H> * 8);
+    };
+    int q_uses = 0;  // rows with blocks so far: the phase of q_full / q_empty
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const Row r = row_of(item);
+        const int tile = r.tile, row_i = r.row_i, num_blocks = r.num_blocks;
 #pragma unroll
-    for (int c = 0; c < 2 * kColGroups; ++c) {
-        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 4);
-        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 8);
-        l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 16);
-    }
-    if (g == 0) {
+        for (int mt = 0; mt < kValueTiles; ++mt) {
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) o[mt][i] = 0.f;
+        }
+#pragma unroll
+        for (int c = 0; c < 2 * kColGroups; ++c) {
+            m_run[c] = -pos_inf();
+            l_run[c] = 0.f;
+        }
+        if (num_blocks > 0) {
+            mbar_wait(bars + kBarQFull * 8, (u32)q_uses & 1u);
+            fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
+            s_begin(0);
+            wgmma_wait<0>();
+            s_end();
+            if (num_blocks == 1) q_done();
+            prefetch_v(0);
+            softmax(0);  // O^T is still zero: no rescale
+        }
+        // Per block: P.V of block b, then S^T and the softmax of block b + 1, then the rescale of
+        // O^T for block b + 1. (Issuing S^T of block b + 1 before P.V of block b, so that the
+        // softmax overlaps P.V, holds four stages at once; with the ring depth that fits, that
+        // measured slower.)
+        for (int b = 0; b + 1 < num_blocks; ++b) {
+            pv_issue(b);
+            wgmma_wait<0>();
+            pv_end();
+            s_begin(b + 1);
+            wgmma_wait<0>();
+            s_end();
+            if (b + 2 == num_blocks) q_done();
+            prefetch_v(b + 1);
+            if (softmax(b + 1)) rescale_o();
+        }
+        if (num_blocks > 0) {
+            pv_issue(num_blocks - 1);
+            wgmma_wait<0>();
+            pv_end();
+        }
+
+        // ---------------------------------------------------------------- epilogue
+        // Column sums: this thread's two rows, then the 8 lanes of a column, then the 4 warps.
+#pragma unroll
+        for (int c = 0; c < 2 * kColGroups; ++c) {
+            l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 4);
+            l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 8);
+            l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 16);
+        }
+        if (g == 0) {
+#pragma unroll
+            for (int j = 0; j < kColGroups; ++j) {
+                *reinterpret_cast<float2*>(sum_xchg + warp * H + 8 * j + 2 * t0) =
+                    make_float2(l_run[2 * j], l_run[2 * j + 1]);
+            }
+        }
+        named_barrier_sync(kBarConsumers, kConsumerThreads);  // the column sums are written
+        float out_scale[2 * kColGroups];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
-            *reinterpret_cast<float2*>(sum_xchg + warp * H + 8 * j + 2 * t0) =
-                make_float2(l_run[2 * j], l_run[2 * j + 1]);
-        }
-    }
-    named_barrier_sync(kBarConsumers, kConsumerThreads);
-    float out_scale[2 * kColGroups];
 #pragma unroll
-    for (int j = 0; j < kColGroups; ++j) {
+            for (int v = 0; v < 2; ++v) {
+                const int c = 2 * j + v;
+                const int col = 8 * j + 2 * t0 + v;
+                const int head = tile * H + col;
+                float l_total = 0.f;
 #pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const int c = 2 * j + v;
-            const int col = 8 * j + 2 * t0 + v;
-            const int head = tile * H + col;
-            float l_total = 0.f;
-#pragma unroll
-            for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * H + col];
-            const bool empty = m_run[c] == -pos_inf();
-            float denom = l_total;
-            if (HAVE_SINK && head < p.h_q) {
-                denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[c]));
-            }
-            out_scale[c] = empty ? 0.f : kv_scale / denom;
-            if (warp == 0 && g == 0 && head < p.h_q) {
-                const i64 out_row = (i64)row_i * p.h_q + head;
-                p.max_logits[out_row] = empty ? -pos_inf() : m_run[c] * kLn2;
-                p.lse[out_row] = empty ? pos_inf() : (m_run[c] + log2f(l_total)) * kLn2;
+                for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * H + col];
+                const bool empty = m_run[c] == -pos_inf();
+                float denom = l_total;
+                if (HAVE_SINK && head < p.h_q) {
+                    denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[c]));
+                }
+                out_scale[c] = empty ? 0.f : kv_scale / denom;
+                if (warp == 0 && g == 0 && head < p.h_q) {
+                    const i64 out_row = (i64)row_i * p.h_q + head;
+                    p.max_logits[out_row] = empty ? -pos_inf() : m_run[c] * kLn2;
+                    p.lse[out_row] = empty ? pos_inf() : (m_run[c] + log2f(l_total)) * kLn2;
+                }
             }
         }
-    }
-    // Thread owns value columns d = 64*mt + 16*warp + 2g (+1) of heads 8j + 2*t0 + v.
-    const int d0 = 16 * warp + 2 * g;
+        // Thread owns value columns d = 64*mt + 16*warp + 2g (+1) of heads 8j + 2*t0 + v.
+        const int d0 = 16 * warp + 2 * g;
 #pragma unroll
-    for (int j = 0; j < kColGroups; ++j) {
+        for (int j = 0; j < kColGroups; ++j) {
 #pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const int head = tile * H + 8 * j + 2 * t0 + v;
-            if (head >= p.h_q) continue;
-            const float sc = out_scale[2 * j + v];
-            bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
+            for (int v = 0; v < 2; ++v) {
+                const int head = tile * H + 8 * j + 2 * t0 + v;
+                if (head >= p.h_q) continue;
+                const float sc = out_scale[2 * j + v];
+                bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
 #pragma unroll
-            for (int mt = 0; mt < kValueTiles; ++mt) {
-                *reinterpret_cast<u32*>(out + 64 * mt) =
-                    pack_bf16x2(o[mt][4 * j + v] * sc, o[mt][4 * j + 2 + v] * sc);
+                for (int mt = 0; mt < kValueTiles; ++mt) {
+                    *reinterpret_cast<u32*>(out + 64 * mt) =
+                        pack_bf16x2(o[mt][4 * j + v] * sc, o[mt][4 * j + 2 + v] * sc);
+                }
             }
+        }
+
+        // Every thread has read the column sums before the next row's epilogue rewrites them.
+        named_barrier_sync(kBarConsumers, kConsumerThreads);
+        if (num_blocks > 0) {
+            ++q_uses;
+            j_base += 2 * num_blocks;
         }
     }
 }

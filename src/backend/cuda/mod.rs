@@ -53,6 +53,7 @@ pub struct Cuda {
     stream: Arc<CudaStream>,
     arch: Arch,
     name: String,
+    sm_count: u32,
     cache: KernelCache,
     loaded: Mutex<HashMap<TypeId, launch::LoadedKernel, launch::TypeIdHash>>,
 }
@@ -110,11 +111,17 @@ impl Cuda {
     fn with_stream(stream: Arc<CudaStream>, arch: Arch) -> Result<Self> {
         let ctx = stream.context().clone();
         let name = ctx.name()?;
+        let sm_count = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )?
+            .max(1) as u32;
         Ok(Self {
             ctx,
             stream,
             arch,
             name,
+            sm_count,
             cache: KernelCache::from_env(),
             loaded: Mutex::new(HashMap::default()),
         })
@@ -123,6 +130,11 @@ impl Cuda {
     /// The stream all of this backend's work is queued on (for graph capture and events).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Streaming multiprocessors of the device (sizes the persistent grids).
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
     }
 
     /// The driver context.

@@ -66,17 +66,27 @@ pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
     }
 }
 
+/// CTAs of the narrow kernel that one SM holds at once (`sparse_mla_narrow::kCtasPerSmFor`):
+/// the persistent grid is this many per SM.
+pub const fn sparse_mla_narrow_ctas_per_sm(d_qk: usize, tile: usize) -> u32 {
+    match (tile, d_qk) {
+        (32, _) => 1,
+        (8, 512) => 3,
+        _ => 2,
+    }
+}
+
 /// Threads per CTA of the narrow kernel: one consumer warpgroup and the gather warpgroup
 /// (`sparse_mla_narrow::kThreadsFor`), 256 for every head tile.
 pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32;
 
 /// Dynamic shared memory of one CTA of the narrow kernel,
-/// `tile·D_QK + stages·(32·D_QK + 536) + 112·tile + 8` bytes (the kernel asserts the same
+/// `tile·D_QK + stages·(32·D_QK + 536) + 112·tile + 16` bytes (the kernel asserts the same
 /// formula: Q tile, K ring stages of 32 rows at a pitch of D_QK + 16 bytes, P^T, column
 /// statistics, validity masks, barriers).
 pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
     let stages = sparse_mla_narrow_stages(d_qk, tile);
-    (tile * d_qk + stages * (32 * d_qk + 536) + 112 * tile + 8) as u32
+    (tile * d_qk + stages * (32 * d_qk + 536) + 112 * tile + 16) as u32
 }
 
 impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
@@ -170,13 +180,19 @@ impl SparseMlaLaunch for Cuda {
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
         };
-        let rows = (head_tiles * s_q) as u32;
+        let rows = (head_tiles * s_q) as u32; // work items: (query row, head tile)
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match H_Q {
-            8 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, &params) },
-            16 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, &params) },
-            32 => unsafe { self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, &params) },
+            8 => unsafe {
+                self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, D_QK, 8, &params)
+            },
+            16 => unsafe {
+                self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, D_QK, 16, &params)
+            },
+            32 => unsafe {
+                self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, D_QK, 32, &params)
+            },
             _ => {
                 let shape = LaunchShape {
                     grid: (rows, 1, 1),
@@ -192,17 +208,22 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of a narrow-tile kernel `K` over `ctas` CTAs (one per query row).
+    /// One launch of a narrow-tile kernel `K` (`d_qk`, head tile `tile`) over `items` work items (query
+    /// rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
+    /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
     ///
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
     unsafe fn launch_narrow<K: CudaKernel<Params = SparseMlaParams>>(
         &self,
-        ctas: u32,
+        items: u32,
+        d_qk: usize,
+        tile: usize,
         params: &SparseMlaParams,
     ) -> Result<()> {
+        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(d_qk, tile);
         let shape = LaunchShape {
-            grid: (ctas, 1, 1),
+            grid: (items.min(resident), 1, 1),
             block: (SPARSE_MLA_NARROW_THREADS, 1, 1),
             smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
