@@ -84,12 +84,14 @@
 // * P^T [HEAD_TILE heads][64 positions]: (h/8)*512 + (p/16)*128 + (h%8)*16 + p%16; LBO = 128,
 //   SBO = 512; k-step ks at 256*ks.
 //
-// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals), k_full[stages] (32 arrivals of
-// the stage's gather warp, after its zero rows and validity mask are stored, plus the
-// transaction bytes of its bulk copies) and k_empty[stages] (128 consumer arrivals after the last
-// ldmatrix that read the stage); named barrier 1 (the 128 consumer threads) for the column-max
-// exchange and the P^T hand-off. The Q tile and P^T, which wgmma reads, are fenced with
-// fence.proxy.async; the K ring is read by ldmatrix only.
+// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals of gather warp 0, one phase per
+// row with blocks), q_empty (128 consumer arrivals after the row's last S^T: the next row's Q
+// may come), k_full[stages] (32 arrivals of the stage's gather warp, after its zero rows and
+// validity mask are stored, plus the transaction bytes of its bulk copies) and k_empty[stages]
+// (128 consumer arrivals after the last ldmatrix that read the stage); named barrier 1 (the 128
+// consumer threads) for the column-max exchange, the P^T hand-off and the column sums. The Q
+// tile and P^T, which wgmma reads, are fenced with fence.proxy.async; the K ring is read by
+// ldmatrix only.
 //
 // Numerics (identical to sparse_mla_prefill.cu): s2 = dot * sm_scale*q_scale*kv_scale*log2(e);
 // S^T accumulated by the tensor cores over at most 96 channels per fresh accumulator and summed
