@@ -231,3 +231,80 @@ impl Cuda {
         unsafe { self.launch::<K>(shape, params) }
     }
 }
+
+/// The launch-shape mirrors above against the kernels' own constants: a probe of
+/// `static_assert`s appended to each kernel's source and compiled by NVRTC (no GPU needed), so a
+/// mirror that drifts from its kernel fails here — a shared-memory size smaller than the kernel's
+/// layout would let it address memory it was not given. Compiled only with `--features
+/// nvrtc-tests`.
+#[cfg(all(test, feature = "nvrtc-tests"))]
+mod mirror_tests {
+    use super::*;
+    use crate::backend::cuda::{Arch, compile_kernel};
+
+    fn assert_compiles(source: &str, probe: &str, instantiation: &str) {
+        let source = format!("{source}\n// launch-shape probe\n{probe}");
+        if let Err(e) = compile_kernel(&source, instantiation, Arch::Sm90a) {
+            panic!("a launch-shape mirror differs from its kernel: {e}");
+        }
+    }
+
+    #[test]
+    fn narrow_kernel_launch_shape() {
+        let mut probe = String::new();
+        for d in [512usize, 576] {
+            for tile in [8usize, 16, 32] {
+                let checks = [
+                    (
+                        "Smem",
+                        format!("Smem<{d}, {tile}>::kBytes"),
+                        sparse_mla_narrow_smem_bytes(d, tile),
+                    ),
+                    (
+                        "stages",
+                        format!("kStagesFor<{d}, {tile}>"),
+                        sparse_mla_narrow_stages(d, tile) as u32,
+                    ),
+                    (
+                        "CTAs per SM",
+                        format!("kCtasPerSmFor<{d}, {tile}>"),
+                        sparse_mla_narrow_ctas_per_sm(d, tile),
+                    ),
+                    (
+                        "threads",
+                        format!("kThreadsFor<{tile}>"),
+                        SPARSE_MLA_NARROW_THREADS,
+                    ),
+                ];
+                for (what, expr, rust) in checks {
+                    probe += &format!(
+                        "static_assert(sparse_mla_narrow::{expr} == {rust}, \"{what}, d_qk {d}, tile {tile}\");\n"
+                    );
+                }
+            }
+        }
+        let source = <SparseMlaKernel<576, super::super::Plain, 16> as CudaKernel>::SOURCE;
+        assert_compiles(
+            source,
+            &probe,
+            "sparse_mla_narrow_kernel<576, 16, false, false>",
+        );
+    }
+
+    #[test]
+    fn wide_kernel_launch_shape() {
+        let mut probe = format!("static_assert(sparse_mla::kThreads == {THREADS}, \"threads\");\n");
+        for d in [512usize, 576] {
+            probe += &format!(
+                "static_assert(sparse_mla::Smem<{d}>::kBytes == {}, \"Smem, d_qk {d}\");\n",
+                sparse_mla_smem_bytes(d)
+            );
+        }
+        let source = <SparseMlaKernel<576, super::super::Plain> as CudaKernel>::SOURCE;
+        assert_compiles(
+            source,
+            &probe,
+            "sparse_mla_prefill_kernel<576, false, false>",
+        );
+    }
+}
