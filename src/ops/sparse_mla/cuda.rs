@@ -211,6 +211,8 @@ impl Cuda {
     /// One launch of a narrow-tile kernel `K` (`d_qk`, head tile `tile`) over `items` work items (query
     /// rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
+    /// No CTA waits for another, so when other work shares the SMs the CTAs that do not fit
+    /// only start later.
     ///
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
