@@ -147,9 +147,13 @@ __global__ void __launch_bounds__(256) gather_limit_kernel(const GatherLimitPara
 /// `gridDim.x` CTAs (one per SM) of six warps stream the query rows (row = CTA, CTA + grid, ...);
 /// each warp copies 32 rows at a time, one `cp.async.bulk` of `D` bytes per valid row into one
 /// of its two 32-row slots, and reuses a slot once its previous copies have landed (transaction
-/// bytes on the slot's mbarrier): twelve 32-row stages in flight per SM. No data is read back: this is the rate at which the GPU lands the
-/// gathered rows in shared memory.
-const GATHER_BULK_LIMIT_SOURCE: &str = r#"
+/// bytes on the slot's mbarrier): twelve 32-row stages in flight per SM. No data is read back:
+/// this is the rate at which the GPU lands the gathered rows in shared memory. Compiled after
+/// `kernels/sparse_mla_common.cuh`, whose mbarrier and bulk-copy helpers the narrow kernel uses.
+const GATHER_BULK_LIMIT_SOURCE: &str = concat!(
+    include_str!("../kernels/sparse_mla_common.cuh"),
+    "\n",
+    r#"
 struct GatherLimitParams {
     const u8* kv;        // [s_kv, D]
     const i32* indices;  // [s_q, topk]
@@ -159,19 +163,6 @@ struct GatherLimitParams {
     i32 s_q;
 };
 
-__device__ __forceinline__ u32 bulk_smem_addr(const void* p) {
-    u32 r;
-    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
-    return r;
-}
-
-__device__ __forceinline__ void bulk_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-
 template <int D>
 __global__ void __launch_bounds__(192, 1) gather_bulk_limit_kernel(const GatherLimitParams p) {
     constexpr int kWarps = 6;
@@ -179,13 +170,10 @@ __global__ void __launch_bounds__(192, 1) gather_bulk_limit_kernel(const GatherL
     constexpr int kSlot = 32 * kPitch;         // one slot: 32 rows
     extern __shared__ __align__(128) u8 smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const u32 base = bulk_smem_addr(smem);
+    const u32 base = smem_addr(smem);
     const u32 bars = base + 2 * kWarps * kSlot;  // [kWarps][2 slots] mbarriers
     if (lane == 0) {
-        for (int s = 0; s < 2; ++s) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + (2 * warp + s) * 8)
-                         : "memory");
-        }
+        for (int s = 0; s < 2; ++s) mbar_init(bars + (2 * warp + s) * 8, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncwarp();
@@ -195,30 +183,29 @@ __global__ void __launch_bounds__(192, 1) gather_bulk_limit_kernel(const GatherL
         for (int st = warp; st < stages_per_row; st += kWarps, ++k) {
             const int slot = k & 1;
             const u32 bar = bars + (2 * warp + slot) * 8;
-            if (k >= 2) bulk_wait(bar, (u32)((k >> 1) - 1) & 1u);  // the slot's last copies landed
+            if (k >= 2) mbar_wait(bar, (u32)((k >> 1) - 1) & 1u);  // the slot's last copies landed
             const int idx = __ldg(p.indices + (i64)row * p.topk + st * 32 + lane);
             const bool valid = idx >= 0 && idx < p.s_kv;
             const u32 bits = __ballot_sync(0xffffffffu, valid);
             if (lane == 0) {
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                             ::"r"(bar), "r"((u32)__popc(bits) * (u32)D) : "memory");
+                mbar_expect_tx(bar, (u32)__popc(bits) * (u32)D);
+                mbar_arrive(bar);
             }
             __syncwarp();
             if (valid) {
-                asm volatile(
-                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                    ::"r"(base + (2 * warp + slot) * kSlot + lane * kPitch),
-                    "l"(p.kv + (i64)idx * D), "r"((u32)D), "r"(bar) : "memory");
+                bulk_copy_g2s(base + (2 * warp + slot) * kSlot + lane * kPitch,
+                              p.kv + (i64)idx * D, (u32)D, bar);
             }
         }
     }
     // Wait for the last copies of both slots before the CTA's shared memory goes away.
     for (int slot = 0; slot < 2; ++slot) {
         const int uses = (k + 1 - slot) / 2;  // stages of this warp that used the slot
-        if (uses > 0) bulk_wait(bars + (2 * warp + slot) * 8, (u32)(uses - 1) & 1u);
+        if (uses > 0) mbar_wait(bars + (2 * warp + slot) * 8, (u32)(uses - 1) & 1u);
     }
 }
-"#;
+"#
+);
 
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -1,7 +1,8 @@
 // Definitions shared by the two sparse MLA prefill kernels (sparse_mla_prefill.cu, 64-head tiles,
 // and sparse_mla_narrow.cu, 8/16/32-head tiles): their parameter block and the sm_90a PTX
-// helpers both use (shared-memory addresses, mbarriers, cp.async, named barriers, ldmatrix,
-// wgmma fences and descriptors). Compiled after common.cuh and before either kernel file.
+// helpers they use (shared-memory addresses, mbarriers, cp.async and bulk copies, named barriers,
+// ldmatrix, wgmma fences and descriptors; the benchmark's bulk-copy gather limit uses them too).
+// Compiled after common.cuh and before either kernel file.
 
 // Parameters of one launch of either sparse MLA kernel (64-head and narrow tiles). Mirrored field
 // by field by `SparseMlaParams` in src/ops/sparse_mla/cuda.rs: change both together.
@@ -47,6 +48,21 @@ __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
 
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Adds `bytes` to the transaction count the current phase of `bar` waits for (no arrival).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+// Bulk copy engine: `bytes` (a multiple of 16) contiguous bytes global -> shared, completing as
+// transaction bytes on the mbarrier `bar` (16-byte aligned source and destination).
+__device__ __forceinline__ void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
 }
 
 // Arrive once all cp.async operations issued so far by this thread have completed.

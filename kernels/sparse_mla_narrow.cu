@@ -114,8 +114,7 @@ constexpr int kStageTokens = 32;
 // three 32-row stages or seven 16-row ones a CTA: both measured slower than two CTAs.)
 template <int D_QK, int H>
 constexpr int kCtasPerSmFor = H == 32 ? 1 : (H == 8 && D_QK == 512 ? 3 : 2);
-template <int H>
-constexpr int kGatherWarpsFor = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
+constexpr int kGatherWarps = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
 // Registers per thread at launch, under the launch bounds (256 threads a CTA; unit of 8):
 // 128 at two CTAs per SM, 80 at three.
 template <int D_QK, int H>
@@ -125,23 +124,21 @@ constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
 // needs 40; the consumer at three CTAs per SM fits 120 with four P.V tiles in flight).
 template <int D_QK, int H>
 constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 120 : 216;
-template <int D_QK, int H>
-constexpr int kGatherRegsFor = 40;
+constexpr int kGatherRegs = 40;
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
 // counts must add up to that pool.
 template <int D_QK, int H>
 constexpr bool kRegisterPoolFits = kCtasPerSmFor<D_QK, H> == 1 ||
-                                   (kConsumerRegsFor<D_QK, H> + kGatherRegsFor<D_QK, H>) * 128 ==
+                                   (kConsumerRegsFor<D_QK, H> + kGatherRegs) * 128 ==
                                        kLaunchRegsFor<D_QK, H> * 256;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
 constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12)
                            : H == 16 ? (D_QK == 576 ? 5 : 6)
                                      : (D_QK == 576 ? 5 : 4);
-// Threads per CTA: warps 0-3 = the consumer warpgroup, warps 4-7 the gather warps (gather warp w
-// fills stages w, w + 4, ...).
-template <int H>
-constexpr int kThreadsFor = kConsumerThreads + 32 * kGatherWarpsFor<H>;
+// Threads per CTA (every head tile): warps 0-3 = the consumer warpgroup, warps 4-7 the gather
+// warps (gather warp w fills stages w, w + 4, ...).
+constexpr int kThreads = kConsumerThreads + 32 * kGatherWarps;
 // S^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
 // accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
 constexpr int kQkChunkSteps = 3;
@@ -184,21 +181,6 @@ constexpr int kBarQEmptyFor = 1 + 2 * kStagesFor<D_QK, H>;
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
 // ------------------------------------------------------------------------------------------------
-
-// Bulk copy engine: `bytes` (a multiple of 16) contiguous bytes global -> shared, completing as
-// transaction bytes on the mbarrier `bar` (16-byte aligned source and destination).
-__device__ __forceinline__ void bulk_copy_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-}
-
-// Adds `bytes` to the transaction count the current phase of `bar` waits for (no arrival).
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
 
 __device__ __forceinline__ void st_shared_zero16(u32 addr) {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
@@ -297,7 +279,7 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[N / 2], const u32 (&a)[4],
 template <int D_QK, int H>
 struct Gather {
     static constexpr int kStages = kStagesFor<D_QK, H>;
-    static constexpr int kWarps = kGatherWarpsFor<H>;
+    static constexpr int kWarps = kGatherWarps;
     // The phase argument in run needs kWarps <= kStages.
     static_assert(kWarps <= kStages, "no more gather warps than ring stages");
     static constexpr int kChunks = D_QK / 16;
@@ -386,7 +368,7 @@ struct Gather {
 // ------------------------------------------------------------------------------------------------
 
 template <int D_QK, int HEAD_TILE, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
-__global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
+__global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                                   sparse_mla_narrow::kCtasPerSmFor<D_QK, HEAD_TILE>)
     sparse_mla_narrow_kernel(const SparseMlaParams p) {
     using namespace sparse_mla_narrow;
@@ -443,7 +425,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 
     if (warp >= 4) {
         if constexpr (kCtasPerSmFor<D_QK, H> >= 2) {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegsFor<D_QK, H>));
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
         }
         // ---------------------------------------------------------------- gather warp
         Gather<D_QK, H> gather;
