@@ -49,7 +49,7 @@ pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
 }
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
-/// (`sparse_mla_narrow::kGatherWarpsFor`; setmaxnreg moves registers only between whole
+/// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
 /// warpgroups).
 pub const SPARSE_MLA_NARROW_GATHER_WARPS: usize = 4;
 
@@ -77,7 +77,7 @@ pub const fn sparse_mla_narrow_ctas_per_sm(d_qk: usize, tile: usize) -> u32 {
 }
 
 /// Threads per CTA of the narrow kernel: one consumer warpgroup and the gather warpgroup
-/// (`sparse_mla_narrow::kThreadsFor`), 256 for every head tile.
+/// (`sparse_mla_narrow::kThreads`), 256 for every head tile.
 pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32;
 
 /// Dynamic shared memory of one CTA of the narrow kernel,
@@ -184,15 +184,9 @@ impl SparseMlaLaunch for Cuda {
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match H_Q {
-            8 => unsafe {
-                self.launch_narrow::<SparseMlaKernel<D_QK, O, 8>>(rows, D_QK, 8, &params)
-            },
-            16 => unsafe {
-                self.launch_narrow::<SparseMlaKernel<D_QK, O, 16>>(rows, D_QK, 16, &params)
-            },
-            32 => unsafe {
-                self.launch_narrow::<SparseMlaKernel<D_QK, O, 32>>(rows, D_QK, 32, &params)
-            },
+            8 => unsafe { self.launch_narrow::<D_QK, O, 8>(rows, &params) },
+            16 => unsafe { self.launch_narrow::<D_QK, O, 16>(rows, &params) },
+            32 => unsafe { self.launch_narrow::<D_QK, O, 32>(rows, &params) },
             _ => {
                 let shape = LaunchShape {
                     grid: (rows, 1, 1),
@@ -208,29 +202,28 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of a narrow-tile kernel `K` (`d_qk`, head tile `tile`) over `items` work items (query
-    /// rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
+    /// One launch of the narrow kernel for `D_QK` and head tile `TILE` over `items` work items
+    /// (query rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
     /// No CTA waits for another, so when other work shares the SMs the CTAs that do not fit
     /// only start later.
     ///
     /// # Safety
-    /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for `K`.
-    unsafe fn launch_narrow<K: CudaKernel<Params = SparseMlaParams>>(
+    /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for the
+    /// kernel.
+    unsafe fn launch_narrow<const D_QK: usize, O: Options, const TILE: usize>(
         &self,
         items: u32,
-        d_qk: usize,
-        tile: usize,
         params: &SparseMlaParams,
     ) -> Result<()> {
-        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(d_qk, tile);
+        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, TILE);
         let shape = LaunchShape {
             grid: (items.min(resident), 1, 1),
             block: (SPARSE_MLA_NARROW_THREADS, 1, 1),
-            smem_bytes: K::DYNAMIC_SMEM_BYTES,
+            smem_bytes: SparseMlaKernel::<D_QK, O, TILE>::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch::<K>(shape, params) }
+        unsafe { self.launch::<SparseMlaKernel<D_QK, O, TILE>>(shape, params) }
     }
 }
 
@@ -272,11 +265,7 @@ mod mirror_tests {
                         format!("kCtasPerSmFor<{d}, {tile}>"),
                         sparse_mla_narrow_ctas_per_sm(d, tile),
                     ),
-                    (
-                        "threads",
-                        format!("kThreadsFor<{tile}>"),
-                        SPARSE_MLA_NARROW_THREADS,
-                    ),
+                    ("threads", "kThreads".to_string(), SPARSE_MLA_NARROW_THREADS),
                 ];
                 for (what, expr, rust) in checks {
                     probe += &format!(
