@@ -13,15 +13,14 @@
 //           here). Work item w = (heads HEAD_TILE*(w % head_tiles) … +HEAD_TILE-1 of query row
 //           w / head_tiles); CTA b takes items b, b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
-//           8 and 16 heads: two CTAs per SM (128 registers a thread at launch; setmaxnreg then
-//           moves registers from the gather warpgroup, 40 a thread, to the consumers, 216),
-//           except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120);
-//           32 heads: one CTA per SM (its O^T needs the registers).
+//           Two CTAs per SM (128 registers a thread at launch; setmaxnreg then moves registers
+//           from the gather warpgroup, 40 a thread, to the consumers, 216), except 8 heads at
+//           D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
 //   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 16
 //           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 4 (8 heads,
-//           D_QK 512), 6 (16 heads, D_QK 512), 11 (32 heads, D_QK 576), 12 (32 heads, D_QK 512):
-//           D_QK 576: 100360 (8 heads), 105864 (16), 230680 (32);
-//           D_QK 512: 72688 (8), 111520 (16), 223024 (32).
+//           D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads, D_QK 576), 5 (32 heads, D_QK 512):
+//           D_QK 576: 100360 (8 heads), 105864 (16), 97904 (32);
+//           D_QK 512: 72688 (8), 111520 (16), 104584 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -58,8 +57,8 @@
 // to shared memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8
 // and 16 heads, their V^T fragments in the registers the gather warpgroup gave up; for 32 heads
 // three, the first of them loaded before the softmax); it releases both stages as soon as its
-// last ldmatrix has read them. For 8 and 16 heads two CTAs share an SM, so one CTA's softmax
-// overlaps the other's tensor-core work.
+// last ldmatrix has read them. Two (or three) CTAs share an SM, so one CTA's softmax overlaps
+// the other's tensor-core work.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
 // element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
@@ -107,33 +106,33 @@ constexpr int kDV = 512;               // value width
 constexpr int kValueTiles = kDV / 64;  // M tiles of O^T
 // The K ring holds stages of 32 gathered rows (half a block); a block is two consecutive stages.
 constexpr int kStageTokens = 32;
-// CTAs per SM by tile: 8 and 16 heads run two CTAs per SM, 8 heads at d_qk 512 three (their
-// 32-row stages are small enough for four of them a CTA; three CTAs measured 10% faster than
-// two); a 32-head O^T accumulator (128 registers a thread) needs more registers than two CTAs
-// leave, so 32 heads run one per SM. (8 heads at d_qk 576 in three CTAs would have room for
-// three 32-row stages or seven 16-row ones a CTA: both measured slower than two CTAs.)
+// CTAs per SM by tile: two, and three for 8 heads at d_qk 512 (their 32-row stages are small
+// enough for four of them a CTA; three CTAs measured 10% faster than two). 32 heads fit two CTAs
+// (their O^T accumulator takes 128 of the consumer's 216 registers, with one S^T chunk in
+// flight): 1.5x faster than one CTA per SM with eleven stages, whose one consumer chain per SM
+// left the SM idle. (8 heads at d_qk 576 in three CTAs would have room for three 32-row stages
+// or seven 16-row ones a CTA: both measured slower than two CTAs.)
 template <int D_QK, int H>
-constexpr int kCtasPerSmFor = H == 32 ? 1 : (H == 8 && D_QK == 512 ? 3 : 2);
+constexpr int kCtasPerSmFor = H == 8 && D_QK == 512 ? 3 : 2;
 constexpr int kGatherWarps = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
 // Registers per thread at launch, under the launch bounds (256 threads a CTA; unit of 8):
 // 128 at two CTAs per SM, 80 at three.
 template <int D_QK, int H>
 constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
-// Registers per thread after the warp-specialised re-allocation (at two or three CTAs per SM):
-// the gather warpgroup gives registers to the consumer warpgroup (the gather warps' row loop
-// needs 40; the consumer at three CTAs per SM fits 120 with four P.V tiles in flight).
+// Registers per thread after the warp-specialised re-allocation: the gather warpgroup gives
+// registers to the consumer warpgroup (the gather warps' row loop needs 40; the consumer at
+// three CTAs per SM fits 120 with four P.V tiles in flight).
 template <int D_QK, int H>
 constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 120 : 216;
 constexpr int kGatherRegs = 40;
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
 // counts must add up to that pool.
 template <int D_QK, int H>
-constexpr bool kRegisterPoolFits = kCtasPerSmFor<D_QK, H> == 1 ||
-                                   (kConsumerRegsFor<D_QK, H> + kGatherRegs) * 128 ==
-                                       kLaunchRegsFor<D_QK, H> * 256;
+constexpr bool kRegisterPoolFits =
+    (kConsumerRegsFor<D_QK, H> + kGatherRegs) * 128 == kLaunchRegsFor<D_QK, H> * 256;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
-constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 11 : 12)
+constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 4 : 5)
                            : H == 16 ? (D_QK == 576 ? 5 : 6)
                                      : (D_QK == 576 ? 5 : 4);
 // Threads per CTA (every head tile): warps 0-3 = the consumer warpgroup, warps 4-7 the gather
@@ -424,9 +423,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     __syncthreads();
 
     if (warp >= 4) {
-        if constexpr (kCtasPerSmFor<D_QK, H> >= 2) {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
-        }
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
         // ---------------------------------------------------------------- gather warp
         Gather<D_QK, H> gather;
         gather.k_base = sk;
@@ -470,22 +467,24 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     }
 
     // -------------------------------------------------------------------- consumer warpgroup
-    if constexpr (kCtasPerSmFor<D_QK, H> >= 2) {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegsFor<D_QK, H>));
-    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegsFor<D_QK, H>));
     constexpr int kAcc = H / 2;              // f32 registers of one m64nH accumulator
     constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
-    // S^T chunk accumulators in flight at once: as many as the register budget allows
-    // (O^T holds 8 * kAcc registers).
-    // (8 heads at three CTAs per SM: 128 registers hold two.)
+    // S^T chunk accumulators in flight at once: as many as the 216 registers a consumer thread
+    // gets allow (O^T holds 8 * kAcc of them: 32 for 8 heads, 64 for 16, 128 for 32).
+    // (8 heads at three CTAs per SM: 120 registers hold two.)
     constexpr int kQkBuffers =
-        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 2);
+        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 1);
+    // A-fragment (K row) buffers of the S^T chunks: one more than the chunk accumulators, so a
+    // chunk's ldmatrix runs while the chunk before it is still in the tensor cores (2-3% faster
+    // at 16 and 32 heads than loading after the wait).
+    constexpr int kKaBuffers = kQkBuffers + 1 < kQkChunks ? kQkBuffers + 1 : kQkChunks;
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
     constexpr int kPvBuffers = H == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
-    // 32 heads: the first P.V tiles' V^T fragments load before the softmax (5% faster measured);
-    // 8 and 16 heads gain nothing from it.
+    // 32 heads: the first P.V tiles' V^T fragments load before the softmax (3% faster measured
+    // at two CTAs per SM); 8 and 16 heads gain nothing from it.
     constexpr bool kPrefetchV = H == 32;
 
     const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
@@ -531,14 +530,14 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     // s_end adds them once the caller has waited for them.
     float s[kAcc];
     float part[kQkBuffers][kAcc];
-    u32 ka[kQkBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
+    u32 ka[kKaBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
     auto add_chunk = [&](int c) {
         float (&done)[kAcc] = part[c % kQkBuffers];
         fence_regs(done);
 #pragma unroll
         for (int j = 0; j < kQkChunkSteps; ++j) {
-            asm volatile("" ::"r"(ka[c % kQkBuffers][j][0]), "r"(ka[c % kQkBuffers][j][1]),
-                         "r"(ka[c % kQkBuffers][j][2]), "r"(ka[c % kQkBuffers][j][3])
+            asm volatile("" ::"r"(ka[c % kKaBuffers][j][0]), "r"(ka[c % kKaBuffers][j][1]),
+                         "r"(ka[c % kKaBuffers][j][2]), "r"(ka[c % kKaBuffers][j][3])
                          : "memory");
         }
 #pragma unroll
@@ -553,16 +552,27 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
 #pragma unroll
         for (int c = 0; c < kQkChunks; ++c) {
+            u32 (&fa)[kQkChunkSteps][4] = ka[c % kKaBuffers];
+            // With a spare A buffer the chunk's K rows load before the wait below (the chunk
+            // that last used this buffer, c - kKaBuffers, was waited for by then).
+            if constexpr (kKaBuffers > kQkBuffers) {
+#pragma unroll
+                for (int j = 0; j < kQkChunkSteps; ++j) {
+                    const int ks = c * kQkChunkSteps + j;
+                    if (ks < kQkSteps) ldmatrix_x4(k_rows + (u32)ks * 32, fa[j]);
+                }
+            }
             if (c >= kQkBuffers) {
                 wgmma_wait<kQkBuffers - 1>();  // chunk c - kQkBuffers is done
                 add_chunk(c - kQkBuffers);
             }
             float (&acc)[kAcc] = part[c % kQkBuffers];
-            u32 (&fa)[kQkChunkSteps][4] = ka[c % kQkBuffers];
+            if constexpr (kKaBuffers == kQkBuffers) {
 #pragma unroll
-            for (int j = 0; j < kQkChunkSteps; ++j) {
-                const int ks = c * kQkChunkSteps + j;
-                if (ks < kQkSteps) ldmatrix_x4(k_rows + (u32)ks * 32, fa[j]);
+                for (int j = 0; j < kQkChunkSteps; ++j) {
+                    const int ks = c * kQkChunkSteps + j;
+                    if (ks < kQkSteps) ldmatrix_x4(k_rows + (u32)ks * 32, fa[j]);
+                }
             }
             fence_regs(acc);
             wgmma_fence();

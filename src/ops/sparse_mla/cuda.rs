@@ -57,8 +57,8 @@ pub const SPARSE_MLA_NARROW_GATHER_WARPS: usize = 4;
 /// shared memory of an SM holds for its CTAs (`sparse_mla_narrow::kStagesFor`).
 pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
     match (tile, d_qk) {
-        (32, 576) => 11,
-        (32, _) => 12,
+        (32, 576) => 4,
+        (32, _) => 5,
         (_, 576) => 5,
         // Three CTAs per SM (`sparse_mla_narrow::kCtasPerSmFor`) leave room for four stages.
         (8, _) => 4,
@@ -70,7 +70,6 @@ pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
 /// the persistent grid is this many per SM.
 pub const fn sparse_mla_narrow_ctas_per_sm(d_qk: usize, tile: usize) -> u32 {
     match (tile, d_qk) {
-        (32, _) => 1,
         (8, 512) => 3,
         _ => 2,
     }
