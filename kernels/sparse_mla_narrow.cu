@@ -53,8 +53,8 @@
 // ring hold more of the next blocks than whole-block slots in the same shared memory (with two
 // 64-row slots per CTA, the consumers waited for their next block a quarter of the time).
 // The consumer warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the
-// wide kernel), masking, the per-head (column) maximum across its four warps, p = 2^(s - m), P^T
-// to shared memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8
+// wide kernel), masking, a barrier vote on whether any score passed its column's headroom (then
+// the per-head (column) maximum across its four warps), p = 2^(s - m_ref), P^T to shared memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8
 // and 16 heads, their V^T fragments in the registers the gather warpgroup gave up; for 32 heads
 // three, the first of them loaded before the softmax); it releases both stages as soon as its
 // last ldmatrix has read them. Two (or three) CTAs share an SM, so one CTA's softmax overlaps
@@ -63,11 +63,12 @@
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
 // element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
 //
-// Index permutations (free, no data movement), as in the wide kernel:
+// Index permutations (free, no data movement):
 // * Tokens inside a 32-token k-step of P.V: the e4m3 A fragment of thread (g, t0) holds k = 4*t0
 //   + 0..3 and 16 + 4*t0 + 0..3; logical position p = 16*v2 + 4*t0 + v holds token 16*v2 +
-//   8*(v>>1) + 2*t0 + (v&1), which is what ldmatrix.trans of 2-byte column pairs delivers. So the
-//   softmax writes the weight of token r (= S^T row) at P^T position pos(r) below.
+//   2*t0 + (v>>1) + 8*(v&1) (the byte permutes of the ldmatrix.trans 2-byte column pairs put
+//   tokens r and r + 8 side by side). So the softmax writes the weight of token r (= S^T row) at
+//   P^T position pos(r) below, a thread's rows g and g + 8 of a head in one two-byte store.
 // * Value columns inside a 16-column chunk: A-fragment row g holds column 2g, row g+8 column
 //   2g+1; thread (g, t0) therefore owns output columns 2g, 2g+1 (one bf16x2 store per head).
 //
@@ -88,15 +89,28 @@
 // may come), k_full[stages] (32 arrivals of the stage's gather warp, after its zero rows and
 // validity mask are stored, plus the transaction bytes of its bulk copies) and k_empty[stages]
 // (128 consumer arrivals after the last ldmatrix that read the stage); named barrier 1 (the 128
-// consumer threads) for the column-max exchange, the P^T hand-off and the column sums. The Q
-// tile and P^T, which wgmma reads, are fenced with fence.proxy.async; the K ring is read by
-// ldmatrix only.
+// consumer threads) for the headroom vote (bar.red.or), the column-max exchange, the P^T hand-off
+// and the column sums. The Q tile and P^T, which wgmma reads, are fenced with fence.proxy.async;
+// the K ring is read by ldmatrix only.
 //
-// Numerics (identical to sparse_mla_prefill.cu): s2 = dot * sm_scale*q_scale*kv_scale*log2(e);
-// S^T accumulated by the tensor cores over at most 96 channels per fresh accumulator and summed
-// in f32 registers; p = ex2.approx(s2 - m) with the running max starting at -inf (a head with no
-// valid token so far subtracts 0, so p = 0); P re-quantised to e4m3 (satfinite, round to nearest
-// even) for P.V; denominators use the f32 p.
+// Numerics (as sparse_mla_prefill.cu, but for the reference max): s2 = dot *
+// sm_scale*q_scale*kv_scale*log2(e); S^T accumulated by the tensor cores over at most 96
+// channels per fresh accumulator and summed in f32 registers; p = ex2.approx(s2 - m_ref); P
+// re-quantised to e4m3 (satfinite, round to nearest even) for P.V; denominators use the f32 p.
+// m_ref starts at -inf (a head with no valid token so far subtracts 0, so p = 0) and becomes the
+// column max of the block (over the previous m_ref) in every block with a score above m_ref +
+// headroom: the first valid token, and any score that would weigh more than 1/16 of the
+// column's denominator or more than 2^8 (the headroom: min(8, log2 of 1/16 of a lower bound of
+// the denominator, kept from the last such block)). Other blocks keep m_ref: their weights may
+// exceed 1 (at most 2^8, inside e4m3), so the one cross-warp exchange of column maxima, the
+// rescale of l and of O^T (64 or 128 registers a thread) are skipped where the max grows by a
+// little — in random scores, most blocks. A weight above 1 is then rounded to e4m3 where the
+// exact-max scheme would have given the new maximum weight exactly 1, but only while it is at
+// most 1/16 of the denominator, so the output moves by at most 2^-8 of its magnitude; where one
+// token dominates, every block that raises the max takes the exchange as before. max_logits is
+// the true max (tracked per thread beside m_ref); lse = m_ref + log2(l) is exact for any m_ref.
+// (Measured against an f64 reference on the harness's 39 narrow cases: max |dout| equal or
+// lower in 38, 3% higher in one; bench/NOTES.md.)
 
 namespace sparse_mla_narrow {
 
@@ -142,6 +156,12 @@ constexpr int kThreads = kConsumerThreads + 32 * kGatherWarps;
 // accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
 constexpr int kQkChunkSteps = 3;
 constexpr int kBarConsumers = 1;       // named barrier: the 128 consumer threads
+// The softmax's reference max (see "Numerics" above): a block whose scores exceed it by at most
+// the headroom of their column keeps it; the headroom is at most kMaxHeadroom (weights <= 2^8,
+// inside e4m3) and at most log2 of 1/16 of a lower bound of the column's denominator, so such a
+// weight is never more than 1/16 of the denominator.
+constexpr float kMaxHeadroom = 8.f;
+constexpr float kLog2ShareLimit = 4.f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -192,8 +212,20 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32 (&r)[4]) {
                  : "memory");
 }
 
-__device__ __forceinline__ void st_shared_u8(u32 addr, u32 v) {
-    asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+__device__ __forceinline__ void st_shared_u16(u32 addr, u16 v) {
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
+}
+
+// Named barrier `id` over `count` threads that also returns the OR of `pred` over them.
+__device__ __forceinline__ bool named_barrier_any(int id, int count, bool pred) {
+    u32 r;
+    asm volatile(
+        "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\n"
+        "selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(r)
+        : "r"((u32)pred), "r"(id), "r"(count)
+        : "memory");
+    return r != 0u;
 }
 
 // Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
@@ -479,7 +511,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 1);
     // A-fragment (K row) buffers of the S^T chunks: one more than the chunk accumulators, so a
     // chunk's ldmatrix runs while the chunk before it is still in the tensor cores (2-3% faster
-    // at 16 and 32 heads than loading after the wait).
+    // at 16 and 32 heads than loading after the wait). At 32 heads ptxas then spills about 130
+    // bytes a thread (L1-resident local memory); the spill-free choice (no spare buffer, two P.V
+    // tiles) measured 3% slower at d_qk 576.
     constexpr int kKaBuffers = kQkBuffers + 1 < kQkChunks ? kQkBuffers + 1 : kQkChunks;
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
     constexpr int kPvBuffers = H == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
@@ -511,12 +545,17 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     // 4*mt + warp.
     const u32 v_lane_off = (u32)lane * L::kRowStride + (u32)warp * 16;
     // P^T byte of this thread's S^T row r = 16*warp + g + 8*hr, head column c:
-    //   (c/8)*512 + warp*128 + (c%8)*16 + 4*(g/2) + 2*hr + g%2.
-    const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + (g & 1));
+    //   (c/8)*512 + warp*128 + (c%8)*16 + 4*(g/2) + 2*(g%2) + hr,
+    // so the thread's two rows of a head are one two-byte store.
+    const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + 2 * (g & 1));
 
     float o[kValueTiles][kAcc];  // O^T: [M tile][accumulator]; row = value column, column = head
     // Statistics of this thread's columns: heads 8*j + 2*t0 + v, stored at [2*j + v].
-    float m_run[2 * kColGroups], l_run[2 * kColGroups];
+    // m_ref: the reference max the weights are taken against; t_max: the true max (for
+    // max_logits); l_run: the row sum against m_ref; headroom: how far a score may exceed m_ref
+    // without a new exchange (updated at each exchange).
+    float m_ref[2 * kColGroups], t_max[2 * kColGroups], l_run[2 * kColGroups];
+    float headroom;
     // CTA-wide number of the current row's first stage: block b of the row is stages
     // j_base + 2b and j_base + 2b + 1.
     int j_base = 0;
@@ -591,18 +630,22 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         for (int c = kQkChunks - kQkBuffers; c < kQkChunks; ++c) add_chunk(c);
     };
 
-    // ---- softmax of block b: scale, mask (row r of S^T is token r of the block), column maxima
-    // across the four warps, running max, p = 2^(s - m) -> P^T (e4m3), row sums.
+    // ---- softmax of block b: scale, mask (row r of S^T is token r of the block), then the
+    // weights p = 2^(s - m_ref) -> P^T (e4m3) and the row sums. m_ref moves to the column max
+    // (an exchange across the four warps, and O^T rescaled) only in a block where some score
+    // exceeds m_ref by more than its column's headroom; otherwise the block keeps m_ref (one
+    // barrier vote instead of the exchange).
     // Returns whether any alpha of the warp differs from 1 (O^T then needs the rescale).
     float alpha[2 * kColGroups];
     auto softmax = [&](int b) -> bool {
         const int j0 = j_base + 2 * b;
         const u64 mask = (u64)mask32[j0 % kStages] | ((u64)mask32[(j0 + 1) % kStages] << 32);
-        float cmax[2 * kColGroups];
+        bool grow = false;
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
+                const int c = 2 * j + v;
                 float mx = -pos_inf();
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
@@ -612,56 +655,84 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                     s[4 * j + 2 * hr + v] = x;
                     mx = fmaxf(mx, x);
                 }
+                t_max[c] = fmaxf(t_max[c], mx);
+                grow |= mx > m_ref[c] + headroom;  // any valid score while m_ref is -inf
+            }
+        }
+        const bool exchange = named_barrier_any(kBarConsumers, kConsumerThreads, grow);
+        float m_sub[2 * kColGroups];
+        bool rescale = false;
+        if (exchange) {
+            // Column maxima: the thread's two rows, the 8 lanes of a column, the 4 warps.
+            float cmax[2 * kColGroups];
+#pragma unroll
+            for (int c = 0; c < 2 * kColGroups; ++c) {
+                const int j = c >> 1, v = c & 1;
+                float mx = fmaxf(s[4 * j + v], s[4 * j + 2 + v]);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-                cmax[2 * j + v] = mx;
+                cmax[c] = mx;
             }
-        }
-        float* max_b = max_xchg + (b & 1) * 4 * H;
-        if (g == 0) {
+            float* max_b = max_xchg + (b & 1) * 4 * H;
+            if (g == 0) {
+#pragma unroll
+                for (int j = 0; j < kColGroups; ++j) {
+                    *reinterpret_cast<float2*>(max_b + warp * H + 8 * j + 2 * t0) =
+                        make_float2(cmax[2 * j], cmax[2 * j + 1]);
+                }
+            }
+            named_barrier_sync(kBarConsumers, kConsumerThreads);
 #pragma unroll
             for (int j = 0; j < kColGroups; ++j) {
-                *reinterpret_cast<float2*>(max_b + warp * H + 8 * j + 2 * t0) =
-                    make_float2(cmax[2 * j], cmax[2 * j + 1]);
+                float2 bm = *reinterpret_cast<const float2*>(max_b + 8 * j + 2 * t0);
+#pragma unroll
+                for (int w = 1; w < 4; ++w) {
+                    const float2 x =
+                        *reinterpret_cast<const float2*>(max_b + w * H + 8 * j + 2 * t0);
+                    bm.x = fmaxf(bm.x, x.x);
+                    bm.y = fmaxf(bm.y, x.y);
+                }
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const int c = 2 * j + v;
+                    const float m_new = fmaxf(m_ref[c], v == 0 ? bm.x : bm.y);
+                    m_sub[c] = m_new == -pos_inf() ? 0.f : m_new;
+                    alpha[c] = fast_exp2(m_ref[c] - m_sub[c]);
+                    rescale |= alpha[c] != 1.f;
+                    m_ref[c] = m_new;
+                    l_run[c] *= alpha[c];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < 2 * kColGroups; ++c) {
+                m_sub[c] = m_ref[c] == -pos_inf() ? 0.f : m_ref[c];
             }
         }
-        named_barrier_sync(kBarConsumers, kConsumerThreads);
-        float m_sub[2 * kColGroups];
-        bool rescale = false;
+        // Weights of the thread's rows g and g + 8 of head column c: one two-byte P^T store.
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
-            float2 bm = *reinterpret_cast<const float2*>(max_b + 8 * j + 2 * t0);
-#pragma unroll
-            for (int w = 1; w < 4; ++w) {
-                const float2 x = *reinterpret_cast<const float2*>(max_b + w * H + 8 * j + 2 * t0);
-                bm.x = fmaxf(bm.x, x.x);
-                bm.y = fmaxf(bm.y, x.y);
-            }
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
                 const int c = 2 * j + v;
-                const float m_new = fmaxf(m_run[c], v == 0 ? bm.x : bm.y);
-                m_sub[c] = m_new == -pos_inf() ? 0.f : m_new;
-                alpha[c] = fast_exp2(m_run[c] - m_sub[c]);
-                rescale |= alpha[c] != 1.f;
-                m_run[c] = m_new;
-                l_run[c] *= alpha[c];
+                const float p0 = fast_exp2(s[4 * j + v] - m_sub[c]);      // row g
+                const float p1 = fast_exp2(s[4 * j + 2 + v] - m_sub[c]);  // row g + 8
+                l_run[c] += p0;
+                l_run[c] += p1;
+                st_shared_u16(pt_lane + (u32)(j * 512 + (2 * t0 + v) * 16), pack_e4m3x2(p0, p1));
             }
         }
+        if (exchange) {
+            // New headroom: log2 of 1/16 of the warp's part of the column sum (a lower bound of
+            // the whole sum, which only grows until the next exchange), at most kMaxHeadroom.
+            float w = l_run[0];
 #pragma unroll
-        for (int j = 0; j < kColGroups; ++j) {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const float p0 = fast_exp2(s[4 * j + 2 * hr] - m_sub[2 * j]);
-                const float p1 = fast_exp2(s[4 * j + 2 * hr + 1] - m_sub[2 * j + 1]);
-                l_run[2 * j] += p0;
-                l_run[2 * j + 1] += p1;
-                const u32 pk = pack_e4m3x2(p0, p1);
-                const u32 addr = pt_lane + (u32)(j * 512 + (2 * t0) * 16 + 2 * hr);
-                st_shared_u8(addr, pk & 0xffu);
-                st_shared_u8(addr + 16, pk >> 8);
-            }
+            for (int c = 1; c < 2 * kColGroups; ++c) w = fminf(w, l_run[c]);
+            w += __shfl_xor_sync(0xffffffffu, w, 4);
+            w += __shfl_xor_sync(0xffffffffu, w, 8);
+            w += __shfl_xor_sync(0xffffffffu, w, 16);
+            headroom = fminf(fmaxf(__log2f(w) - kLog2ShareLimit, 0.f), kMaxHeadroom);
         }
         fence_proxy_async();  // P^T is read by wgmma (async proxy)
         named_barrier_sync(kBarConsumers, kConsumerThreads);
@@ -688,10 +759,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             u32 r0, r1, r2, r3;
             ldmatrix_x4_trans(stage_addr(j_base + 2 * b + ks) + v_lane_off + (u32)mt * 4 * 16, r0,
                               r1, r2, r3);
-            fr[ks][0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens 0-15
-            fr[ks][1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens 0-15
-            fr[ks][2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens 16-31
-            fr[ks][3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens 16-31
+            fr[ks][0] = byte_perm(r0, r1, 0x6240u);  // row g   (column 2g),   tokens 0-15
+            fr[ks][1] = byte_perm(r0, r1, 0x7351u);  // row g+8 (column 2g+1), tokens 0-15
+            fr[ks][2] = byte_perm(r2, r3, 0x6240u);  // row g,   tokens 16-31
+            fr[ks][3] = byte_perm(r2, r3, 0x7351u);  // row g+8, tokens 16-31
         }
     };
     // With kPrefetchV the first kPvBuffers tiles' fragments were loaded before the softmax
@@ -745,7 +816,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         }
 #pragma unroll
         for (int c = 0; c < 2 * kColGroups; ++c) {
-            m_run[c] = -pos_inf();
+            m_ref[c] = -pos_inf();
+            t_max[c] = -pos_inf();
+            headroom = 0.f;
             l_run[c] = 0.f;
         }
         if (num_blocks > 0) {
@@ -780,21 +853,28 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         }
 
         // ---------------------------------------------------------------- epilogue
-        // Column sums: this thread's two rows, then the 8 lanes of a column, then the 4 warps.
+        // Column sums and true maxima: this thread's two rows, then the 8 lanes of a column,
+        // then the 4 warps (the maxima through the max-exchange buffer, which every thread
+        // finished reading before the last softmax's P^T barrier).
 #pragma unroll
         for (int c = 0; c < 2 * kColGroups; ++c) {
             l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 4);
             l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 8);
             l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], 16);
+            t_max[c] = fmaxf(t_max[c], __shfl_xor_sync(0xffffffffu, t_max[c], 4));
+            t_max[c] = fmaxf(t_max[c], __shfl_xor_sync(0xffffffffu, t_max[c], 8));
+            t_max[c] = fmaxf(t_max[c], __shfl_xor_sync(0xffffffffu, t_max[c], 16));
         }
         if (g == 0) {
 #pragma unroll
             for (int j = 0; j < kColGroups; ++j) {
                 *reinterpret_cast<float2*>(sum_xchg + warp * H + 8 * j + 2 * t0) =
                     make_float2(l_run[2 * j], l_run[2 * j + 1]);
+                *reinterpret_cast<float2*>(max_xchg + warp * H + 8 * j + 2 * t0) =
+                    make_float2(t_max[2 * j], t_max[2 * j + 1]);
             }
         }
-        named_barrier_sync(kBarConsumers, kConsumerThreads);  // the column sums are written
+        named_barrier_sync(kBarConsumers, kConsumerThreads);  // the sums and maxima are written
         float out_scale[2 * kColGroups];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
@@ -806,16 +886,21 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                 float l_total = 0.f;
 #pragma unroll
                 for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * H + col];
-                const bool empty = m_run[c] == -pos_inf();
+                // m_ref is -inf exactly while no valid token has been seen (the first valid
+                // score always forces an exchange).
+                const bool empty = m_ref[c] == -pos_inf();
                 float denom = l_total;
                 if (HAVE_SINK && head < p.h_q) {
-                    denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[c]));
+                    denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[c]));
                 }
                 out_scale[c] = empty ? 0.f : kv_scale / denom;
                 if (warp == 0 && g == 0 && head < p.h_q) {
+                    float m_true = max_xchg[col];
+#pragma unroll
+                    for (int w = 1; w < 4; ++w) m_true = fmaxf(m_true, max_xchg[w * H + col]);
                     const i64 out_row = (i64)row_i * p.h_q + head;
-                    p.max_logits[out_row] = empty ? -pos_inf() : m_run[c] * kLn2;
-                    p.lse[out_row] = empty ? pos_inf() : (m_run[c] + log2f(l_total)) * kLn2;
+                    p.max_logits[out_row] = empty ? -pos_inf() : m_true * kLn2;
+                    p.lse[out_row] = empty ? pos_inf() : (m_ref[c] + log2f(l_total)) * kLn2;
                 }
             }
         }
