@@ -11,6 +11,9 @@
 //! 16-byte loads into registers and one with bulk copies into shared memory (the narrow kernel's
 //! path); the faster of the two is the limit.
 //! Inputs: N(0, 0.05²) cast to e4m3, random valid indices, rotated between two sets.
+//! Beside every time, the accuracy of that kernel's output on input set 0 (poisoned before the
+//! run): max |Δout| and the cosine distance against an f64 softmax reference on the dequantised
+//! inputs, over 8 query rows spread across the chunk and every real head.
 //! Run on the H200 through `scripts/gpu-bundle.sh` (`run.sh bench`); needs `--features gpu-tests`.
 
 mod common;
@@ -22,13 +25,79 @@ use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::{CudaKernel, LaunchShape};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
-use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
+use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32, e4m3_to_f32};
 use shapeproof::layout::MlaLatentKv;
 use shapeproof::ops::sparse_mla::*;
 use shapeproof::rules::{HeadTile, MlaHeadDim, PadsTo, TopkWidth};
 use shapeproof::tensor::{Cols, Tensor};
 
 const S_Q: usize = 4096;
+const SM_SCALE: f32 = 0.1352;
+/// Query rows the accuracy check samples, spread over the chunk.
+const SAMPLE_ROWS: [usize; 8] = [0, 585, 1170, 1755, 2340, 2925, 3510, 4095];
+
+/// Host copies of input set 0, for the accuracy check.
+struct HostSet {
+    q: Vec<F8E4M3>,    // [S_Q, heads, d_qk]
+    kv: Vec<F8E4M3>,   // [s_kv, d_qk]
+    indices: Vec<i32>, // [S_Q, topk]
+}
+
+/// max |Δout| and cosine distance of `out` (`[S_Q, heads, 512]` bf16) against an f64 softmax
+/// reference on the dequantised inputs (unit scales), over `SAMPLE_ROWS` and every head. A NaN
+/// in `out` gives an infinite max |Δout|.
+fn accuracy(host: &HostSet, out: &[bf16], heads: usize, d: usize, topk: usize) -> (f64, f64) {
+    let lut: Vec<f64> = (0..=255u8)
+        .map(|b| e4m3_to_f32(F8E4M3::from_bits(b)) as f64)
+        .collect();
+    let deq = |v: F8E4M3| lut[v.to_bits() as usize];
+    let s_kv = host.kv.len() / d;
+    let (mut max_abs, mut dot, mut n_out, mut n_ref) = (0f64, 0f64, 0f64, 0f64);
+    for &i in &SAMPLE_ROWS {
+        let rows: Vec<usize> = host.indices[i * topk..(i + 1) * topk]
+            .iter()
+            .filter(|&&x| x >= 0 && (x as usize) < s_kv)
+            .map(|&x| x as usize)
+            .collect();
+        for h in 0..heads {
+            let q: Vec<f64> = host.q[(i * heads + h) * d..][..d]
+                .iter()
+                .map(|&v| deq(v))
+                .collect();
+            let scores: Vec<f64> = rows
+                .iter()
+                .map(|&r| {
+                    let k = &host.kv[r * d..][..d];
+                    SM_SCALE as f64 * q.iter().zip(k).map(|(a, &b)| a * deq(b)).sum::<f64>()
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mut acc = [0f64; 512]; // Σ w·v over the row's tokens
+            let mut z = 0f64;
+            for (&r, &sc) in rows.iter().zip(&scores) {
+                let w = (sc - m).exp();
+                z += w;
+                for (a, &v) in acc.iter_mut().zip(&host.kv[r * d..][..512]) {
+                    *a += w * deq(v);
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                let r = a / z;
+                let o = out[(i * heads + h) * 512 + c].to_f32() as f64;
+                let err = if o.is_nan() {
+                    f64::INFINITY
+                } else {
+                    (o - r).abs()
+                };
+                max_abs = max_abs.max(err);
+                dot += o * r;
+                n_out += o * o;
+                n_ref += r * r;
+            }
+        }
+    }
+    (max_abs, 1.0 - dot / (n_out.sqrt() * n_ref.sqrt()))
+}
 
 struct Set<const D: usize, const HEADS: usize, const TOPK: usize> {
     inputs: SparseMlaInputs<Cuda, D, HEADS, TOPK, Plain>,
@@ -39,6 +108,40 @@ fn e4m3(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
     (0..n)
         .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 0.17))
         .collect()
+}
+
+/// One random input set on the host: q `[S_Q, heads, d]`, latent KV `[s_kv, d]`, indices
+/// `[S_Q, topk]` (all valid).
+fn host_set(rng: &mut StdRng, heads: usize, d: usize, topk: usize, s_kv: usize) -> HostSet {
+    let indices = (0..S_Q * topk)
+        .map(|_| rng.random_range(0..s_kv as i32))
+        .collect();
+    HostSet {
+        q: e4m3(rng, S_Q * heads * d),
+        kv: e4m3(rng, s_kv * d),
+        indices,
+    }
+}
+
+/// Uploads one host set as the kernel's inputs and latent KV.
+fn upload_set<const D: usize, const HEADS: usize, const TOPK: usize>(
+    g: &Cuda,
+    h: &HostSet,
+) -> Set<D, HEADS, TOPK>
+where
+    Dim<D>: MlaHeadDim,
+    Dim<TOPK>: TopkWidth,
+{
+    Set {
+        inputs: SparseMlaInputs::new(
+            Tensor::from_host(g, "q", &h.q, S_Q).unwrap(),
+            Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
+            Tensor::from_host(g, "indices", &h.indices, S_Q).unwrap(),
+            SM_SCALE,
+        )
+        .unwrap(),
+        kv: MlaLatentKv::new(g, g.upload(&h.kv).unwrap(), h.kv.len() / D, 1.0).unwrap(),
+    }
 }
 
 fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>(
@@ -53,24 +156,10 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     Dim<TOPK>: TopkWidth,
     Dim<HEADS>: PadsTo<HQ>,
 {
-    let sets: Vec<Set<D, HEADS, TOPK>> = (0..2)
-        .map(|_| {
-            let indices: Vec<i32> = (0..S_Q * TOPK)
-                .map(|_| rng.random_range(0..s_kv as i32))
-                .collect();
-            Set {
-                inputs: SparseMlaInputs::new(
-                    Tensor::from_host(g, "q", &e4m3(rng, S_Q * HEADS * D), S_Q).unwrap(),
-                    Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
-                    Tensor::from_host(g, "indices", &indices, S_Q).unwrap(),
-                    0.1352,
-                )
-                .unwrap(),
-                kv: MlaLatentKv::new(g, g.upload(&e4m3(rng, s_kv * D)).unwrap(), s_kv, 1.0)
-                    .unwrap(),
-            }
-        })
+    let hosts: Vec<HostSet> = (0..2)
+        .map(|_| host_set(rng, HEADS, D, TOPK, s_kv))
         .collect();
+    let sets: Vec<Set<D, HEADS, TOPK>> = hosts.iter().map(|h| upload_set(g, h)).collect();
     let mut out = Tensor::<Cuda, bf16, OutRow<HEADS>>::zeros(g, S_Q).unwrap();
     let mut ml = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
     let mut lse = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
@@ -81,11 +170,18 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
             .run(g, &s.inputs, &s.kv, &mut out, &mut ml, &mut lse)
             .unwrap()
     });
+    let (max_abs, cos_dist) = {
+        let mut out = Tensor::<Cuda, bf16, OutRow<HEADS>>::filled(g, S_Q, bf16::NAN).unwrap();
+        kernel
+            .run(g, &sets[0].inputs, &sets[0].kv, &mut out, &mut ml, &mut lse)
+            .unwrap();
+        accuracy(&hosts[0], &out.to_host(g).unwrap(), HEADS, D, TOPK)
+    };
     let flops = SparseMlaPrefill::<D, HQ, TOPK, Plain, HEADS>::flops(S_Q);
     let tflops = flops / (us * 1e-6) / 1e12;
     let of_limit = limit.map_or("—".to_string(), |l| format!("{:.0}%", 100.0 * tflops / l));
     println!(
-        "| ({S_Q}, {s_kv}, {HQ} [{HEADS} real], {D}, {TOPK}) | {:.3} | {tflops:.0} | {of_limit} |",
+        "| ({S_Q}, {s_kv}, {HQ} [{HEADS} real], {D}, {TOPK}) | {:.3} | {tflops:.0} | {of_limit} | {max_abs:.2e} | {cos_dist:.1e} |",
         us / 1e3
     );
     records.push(Record {
@@ -94,6 +190,8 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
             ("ms", us / 1e3),
             ("tflops", tflops),
             ("limit_tflops", limit.unwrap_or(f64::NAN)),
+            ("max_abs_dout", max_abs),
+            ("cos_distance", cos_dist),
         ],
     });
 }
@@ -255,25 +353,14 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
     Dim<H>: HeadTile + PadsTo<H> + PadsTo<64>,
     Dim<TOPK>: TopkWidth,
 {
-    let mut raw = Vec::new(); // (kv bytes, indices) of each set, for the gather limit
-    let sets: Vec<Set<D, H, TOPK>> = (0..2)
-        .map(|_| {
-            let indices: Vec<i32> = (0..S_Q * TOPK)
-                .map(|_| rng.random_range(0..s_kv as i32))
-                .collect();
-            let kv = e4m3(rng, s_kv * D);
-            let kv_bytes: Vec<u8> = kv.iter().map(|v| v.to_bits()).collect();
-            raw.push((g.upload(&kv_bytes).unwrap(), g.upload(&indices).unwrap()));
-            Set {
-                inputs: SparseMlaInputs::new(
-                    Tensor::from_host(g, "q", &e4m3(rng, S_Q * H * D), S_Q).unwrap(),
-                    Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
-                    Tensor::from_host(g, "indices", &indices, S_Q).unwrap(),
-                    0.1352,
-                )
-                .unwrap(),
-                kv: MlaLatentKv::new(g, g.upload(&kv).unwrap(), s_kv, 1.0).unwrap(),
-            }
+    let hosts: Vec<HostSet> = (0..2).map(|_| host_set(rng, H, D, TOPK, s_kv)).collect();
+    let sets: Vec<Set<D, H, TOPK>> = hosts.iter().map(|h| upload_set(g, h)).collect();
+    // (kv bytes, indices) of each set, for the gather limits
+    let raw: Vec<_> = hosts
+        .iter()
+        .map(|h| {
+            let kv_bytes: Vec<u8> = h.kv.iter().map(|v| v.to_bits()).collect();
+            (g.upload(&kv_bytes).unwrap(), g.upload(&h.indices).unwrap())
         })
         .collect();
     let mut out = Tensor::<Cuda, bf16, OutRow<H>>::zeros(g, S_Q).unwrap();
@@ -333,13 +420,20 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
                 .unwrap()
         }
     });
+    let (max_abs, cos_dist) = {
+        let mut out = Tensor::<Cuda, bf16, OutRow<H>>::filled(g, S_Q, bf16::NAN).unwrap();
+        narrow
+            .run(g, &sets[0].inputs, &sets[0].kv, &mut out, &mut ml, &mut lse)
+            .unwrap();
+        accuracy(&hosts[0], &out.to_host(g).unwrap(), H, D, TOPK)
+    };
     let flops = SparseMlaPrefill::<D, H, TOPK, Plain, H>::flops(S_Q);
     let tflops = flops / (us * 1e-6) / 1e12;
     let gather_tbs = (S_Q * TOPK * D) as f64 / (us_gather * 1e-6) / 1e12;
     let bulk_tbs = (S_Q * TOPK * D) as f64 / (us_bulk * 1e-6) / 1e12;
     let us_limit = us_gather.min(us_bulk);
     println!(
-        "| ({S_Q}, {s_kv}, {H}, {D}, {TOPK}) | {:.3} | {tflops:.0} | {:.3} | {:.2}× | {:.3} ({gather_tbs:.2} TB/s) | {:.3} ({bulk_tbs:.2} TB/s) | {:.2}× |",
+        "| ({S_Q}, {s_kv}, {H}, {D}, {TOPK}) | {:.3} | {tflops:.0} | {:.3} | {:.2}× | {:.3} ({gather_tbs:.2} TB/s) | {:.3} ({bulk_tbs:.2} TB/s) | {:.2}× | {max_abs:.2e} | {cos_dist:.1e} |",
         us / 1e3,
         us_padded / 1e3,
         us_padded / us,
@@ -357,6 +451,8 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
             ("gather_limit_tbs", gather_tbs),
             ("bulk_gather_limit_ms", us_bulk / 1e3),
             ("bulk_gather_limit_tbs", bulk_tbs),
+            ("max_abs_dout", max_abs),
+            ("cos_distance", cos_dist),
         ],
     });
 }
@@ -389,8 +485,10 @@ fn main() {
         name: "fp8_matmul".into(),
         fields: vec![("tflops", limit.unwrap_or(f64::NAN))],
     }];
-    println!("\n| (s_q, s_kv, h_q, d_qk, topk) | ms | TFLOP/s | of FP8 matmul |");
-    println!("|---|---|---|---|");
+    println!(
+        "\n| (s_q, s_kv, h_q, d_qk, topk) | ms | TFLOP/s | of FP8 matmul | max |Δout| | cos distance |"
+    );
+    println!("|---|---|---|---|---|---|");
     for s_kv in [8192, 32768, 65536] {
         bench::<576, 128, 128, 2048>(&g, &mut rng, s_kv, limit, &mut records);
     }
@@ -400,9 +498,9 @@ fn main() {
     bench::<576, 64, 16, 2048>(&g, &mut rng, 65536, limit, &mut records);
 
     println!(
-        "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | plain-load gather ms | bulk-copy gather ms | over the faster gather |"
+        "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | plain-load gather ms | bulk-copy gather ms | over the faster gather | max |Δout| | cos distance |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     bench_narrow::<576, 8, 2048>(&g, &mut rng, 32768, &mut records);
     bench_narrow::<576, 16, 2048>(&g, &mut rng, 32768, &mut records);
     bench_narrow::<576, 32, 2048>(&g, &mut rng, 32768, &mut records);
