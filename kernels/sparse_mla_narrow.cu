@@ -53,11 +53,12 @@
 // ring hold more of the next blocks than whole-block slots in the same shared memory (with two
 // 64-row slots per CTA, the consumers waited for their next block a quarter of the time).
 // The consumer warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the
-// wide kernel), masking, a barrier vote on whether any score passed its column's headroom (then
-// the per-head (column) maximum across its four warps), p = 2^(s - m_ref), P^T to shared memory, the rescale of O^T and the P.V product (all eight M tiles in flight for 8
-// and 16 heads, their V^T fragments in the registers the gather warpgroup gave up; for 32 heads
-// three, the first of them loaded before the softmax); it releases both stages as soon as its
-// last ldmatrix has read them. Two (or three) CTAs share an SM, so one CTA's softmax overlaps
+// wide kernel), masking, a barrier vote on whether any score passed the reference max by more
+// than the headroom (only then the per-head (column) maximum across its four warps and the
+// rescale of O^T), p = 2^(s - m_ref), P^T to shared memory and the P.V product (all eight M
+// tiles in flight for 8 and 16 heads, their V^T fragments in the registers the gather warpgroup
+// gave up; for 32 heads three, the first of them loaded before the softmax); it releases both
+// stages as soon as its last ldmatrix has read them. Two (or three) CTAs share an SM, so one CTA's softmax overlaps
 // the other's tensor-core work.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
@@ -101,7 +102,8 @@
 // column max of the block (over the previous m_ref) in every block with a score above m_ref +
 // headroom: the first valid token, and any score that would weigh more than 1/16 of the
 // column's denominator or more than 2^8 (the headroom: min(8, log2 of 1/16 of a lower bound of
-// the denominator, kept from the last such block)). Other blocks keep m_ref: their weights may
+// the denominator, kept from the last such block; one value a thread, from the smallest of its
+// columns' sums)). Other blocks keep m_ref: their weights may
 // exceed 1 (at most 2^8, inside e4m3), so the one cross-warp exchange of column maxima, the
 // rescale of l and of O^T (64 or 128 registers a thread) are skipped where the max grows by a
 // little — in random scores, most blocks. A weight above 1 is then rounded to e4m3 where the
@@ -157,9 +159,9 @@ constexpr int kThreads = kConsumerThreads + 32 * kGatherWarps;
 constexpr int kQkChunkSteps = 3;
 constexpr int kBarConsumers = 1;       // named barrier: the 128 consumer threads
 // The softmax's reference max (see "Numerics" above): a block whose scores exceed it by at most
-// the headroom of their column keeps it; the headroom is at most kMaxHeadroom (weights <= 2^8,
-// inside e4m3) and at most log2 of 1/16 of a lower bound of the column's denominator, so such a
-// weight is never more than 1/16 of the denominator.
+// the headroom keeps it; the headroom is at most kMaxHeadroom (weights <= 2^8, inside e4m3) and
+// at most log2 of 1/16 of a lower bound of the denominator, so such a weight is never more than
+// 1/16 of the denominator.
 constexpr float kMaxHeadroom = 8.f;
 constexpr float kLog2ShareLimit = 4.f;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -553,7 +555,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     // Statistics of this thread's columns: heads 8*j + 2*t0 + v, stored at [2*j + v].
     // m_ref: the reference max the weights are taken against; t_max: the true max (for
     // max_logits); l_run: the row sum against m_ref; headroom: how far a score may exceed m_ref
-    // without a new exchange (updated at each exchange).
+    // without a new exchange (one value for the thread's columns, set at each exchange).
     float m_ref[2 * kColGroups], t_max[2 * kColGroups], l_run[2 * kColGroups];
     float headroom;
     // CTA-wide number of the current row's first stage: block b of the row is stages
@@ -633,8 +635,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     // ---- softmax of block b: scale, mask (row r of S^T is token r of the block), then the
     // weights p = 2^(s - m_ref) -> P^T (e4m3) and the row sums. m_ref moves to the column max
     // (an exchange across the four warps, and O^T rescaled) only in a block where some score
-    // exceeds m_ref by more than its column's headroom; otherwise the block keeps m_ref (one
-    // barrier vote instead of the exchange).
+    // exceeds m_ref by more than the headroom; otherwise the block keeps m_ref (one barrier vote
+    // instead of the exchange).
     // Returns whether any alpha of the warp differs from 1 (O^T then needs the rescale).
     float alpha[2 * kColGroups];
     auto softmax = [&](int b) -> bool {
@@ -724,8 +726,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             }
         }
         if (exchange) {
-            // New headroom: log2 of 1/16 of the warp's part of the column sum (a lower bound of
-            // the whole sum, which only grows until the next exchange), at most kMaxHeadroom.
+            // New headroom: log2 of 1/16 of the warp's part of the smallest of the thread's
+            // column sums (a lower bound of each of those columns' whole sums, which only grow
+            // until the next exchange), at most kMaxHeadroom.
             float w = l_run[0];
 #pragma unroll
             for (int c = 1; c < 2 * kColGroups; ++c) w = fminf(w, l_run[c]);
