@@ -13,7 +13,8 @@
 //! Inputs: N(0, 0.05²) cast to e4m3, random valid indices, rotated between two sets.
 //! Beside every time, the accuracy of that kernel's output on input set 0 (poisoned before the
 //! run): max |Δout| and the cosine distance against an f64 softmax reference on the dequantised
-//! inputs, over 8 query rows spread across the chunk and every real head.
+//! inputs, over 8 query rows spread across the chunk and every real head (for the narrow tiles
+//! also of the padded 64-head run on the same inputs).
 //! Run on the H200 through `scripts/gpu-bundle.sh` (`run.sh bench`); needs `--features gpu-tests`.
 
 mod common;
@@ -110,6 +111,29 @@ fn e4m3(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
         .collect()
 }
 
+/// Runs `kernel` once on `set` into an output poisoned with NaN and returns its accuracy
+/// against the f64 reference (see `accuracy`).
+fn accuracy_of<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>(
+    g: &Cuda,
+    kernel: &SparseMlaPrefill<D, HQ, TOPK, Plain, HEADS>,
+    set: &Set<D, HEADS, TOPK>,
+    host: &HostSet,
+) -> (f64, f64)
+where
+    Dim<D>: MlaHeadDim,
+    Dim<HQ>: HeadTile,
+    Dim<TOPK>: TopkWidth,
+    Dim<HEADS>: PadsTo<HQ>,
+{
+    let mut out = Tensor::<Cuda, bf16, OutRow<HEADS>>::filled(g, S_Q, bf16::NAN).unwrap();
+    let mut ml = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
+    let mut lse = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
+    kernel
+        .run(g, &set.inputs, &set.kv, &mut out, &mut ml, &mut lse)
+        .unwrap();
+    accuracy(host, &out.to_host(g).unwrap(), HEADS, D, TOPK)
+}
+
 /// One random input set on the host: q `[S_Q, heads, d]`, latent KV `[s_kv, d]`, indices
 /// `[S_Q, topk]` (all valid).
 fn host_set(rng: &mut StdRng, heads: usize, d: usize, topk: usize, s_kv: usize) -> HostSet {
@@ -170,13 +194,7 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
             .run(g, &s.inputs, &s.kv, &mut out, &mut ml, &mut lse)
             .unwrap()
     });
-    let (max_abs, cos_dist) = {
-        let mut out = Tensor::<Cuda, bf16, OutRow<HEADS>>::filled(g, S_Q, bf16::NAN).unwrap();
-        kernel
-            .run(g, &sets[0].inputs, &sets[0].kv, &mut out, &mut ml, &mut lse)
-            .unwrap();
-        accuracy(&hosts[0], &out.to_host(g).unwrap(), HEADS, D, TOPK)
-    };
+    let (max_abs, cos_dist) = accuracy_of(g, &kernel, &sets[0], &hosts[0]);
     let flops = SparseMlaPrefill::<D, HQ, TOPK, Plain, HEADS>::flops(S_Q);
     let tflops = flops / (us * 1e-6) / 1e12;
     let of_limit = limit.map_or("—".to_string(), |l| format!("{:.0}%", 100.0 * tflops / l));
@@ -420,20 +438,17 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
                 .unwrap()
         }
     });
-    let (max_abs, cos_dist) = {
-        let mut out = Tensor::<Cuda, bf16, OutRow<H>>::filled(g, S_Q, bf16::NAN).unwrap();
-        narrow
-            .run(g, &sets[0].inputs, &sets[0].kv, &mut out, &mut ml, &mut lse)
-            .unwrap();
-        accuracy(&hosts[0], &out.to_host(g).unwrap(), H, D, TOPK)
-    };
+    // Both kernels on the same input set, so their accuracy columns compare.
+    let (max_abs, cos_dist) = accuracy_of::<D, H, H, TOPK>(g, &narrow, &sets[0], &hosts[0]);
+    let (max_abs_padded, cos_dist_padded) =
+        accuracy_of::<D, 64, H, TOPK>(g, &padded, &sets[0], &hosts[0]);
     let flops = SparseMlaPrefill::<D, H, TOPK, Plain, H>::flops(S_Q);
     let tflops = flops / (us * 1e-6) / 1e12;
     let gather_tbs = (S_Q * TOPK * D) as f64 / (us_gather * 1e-6) / 1e12;
     let bulk_tbs = (S_Q * TOPK * D) as f64 / (us_bulk * 1e-6) / 1e12;
     let us_limit = us_gather.min(us_bulk);
     println!(
-        "| ({S_Q}, {s_kv}, {H}, {D}, {TOPK}) | {:.3} | {tflops:.0} | {:.3} | {:.2}× | {:.3} ({gather_tbs:.2} TB/s) | {:.3} ({bulk_tbs:.2} TB/s) | {:.2}× | {max_abs:.2e} | {cos_dist:.1e} |",
+        "| ({S_Q}, {s_kv}, {H}, {D}, {TOPK}) | {:.3} | {tflops:.0} | {:.3} | {:.2}× | {:.3} ({gather_tbs:.2} TB/s) | {:.3} ({bulk_tbs:.2} TB/s) | {:.2}× | {max_abs:.2e} | {cos_dist:.1e} | {max_abs_padded:.2e} | {cos_dist_padded:.1e} |",
         us / 1e3,
         us_padded / 1e3,
         us_padded / us,
@@ -453,6 +468,8 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
             ("bulk_gather_limit_tbs", bulk_tbs),
             ("max_abs_dout", max_abs),
             ("cos_distance", cos_dist),
+            ("padded_tile_max_abs_dout", max_abs_padded),
+            ("padded_tile_cos_distance", cos_dist_padded),
         ],
     });
 }
@@ -498,9 +515,9 @@ fn main() {
     bench::<576, 64, 16, 2048>(&g, &mut rng, 65536, limit, &mut records);
 
     println!(
-        "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | plain-load gather ms | bulk-copy gather ms | over the faster gather | max |Δout| | cos distance |"
+        "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | plain-load gather ms | bulk-copy gather ms | over the faster gather | max |Δout| | cos distance | 64-head tile max |Δout| | 64-head tile cos distance |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     bench_narrow::<576, 8, 2048>(&g, &mut rng, 32768, &mut records);
     bench_narrow::<576, 16, 2048>(&g, &mut rng, 32768, &mut records);
     bench_narrow::<576, 32, 2048>(&g, &mut rng, 32768, &mut records);
