@@ -231,43 +231,11 @@ __device__ __forceinline__ bool named_barrier_any(int id, int count, bool pred) 
 }
 
 // Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
-__device__ __forceinline__ void keep_alive(const u32 (&a)[2][4]) {
+template <int K>
+__device__ __forceinline__ void keep_alive(const u32 (&a)[K][4]) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < K; ++k) {
         asm volatile("" ::"r"(a[k][0]), "r"(a[k][1]), "r"(a[k][2]), "r"(a[k][3]) : "memory");
-    }
-}
-
-// acc[64 x N f32] (+)= A[64x32 e4m3, smem] * B[N x 32 e4m3, smem]^T, N = 8, 16 or 32.
-template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&acc)[N / 2], u64 desc_a, u64 desc_b,
-                                         u32 accumulate) {
-    if constexpr (N == 8) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3\n"
-            "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
-            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-    } else if constexpr (N == 16) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3\n"
-            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
-            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
-              "+f"(acc[6]), "+f"(acc[7])
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-    } else {
-        static_assert(N == 32, "head tile must be 8, 16 or 32");
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3\n"
-            "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-            " %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
-            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]),
-              "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]),
-              "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15])
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
     }
 }
 
@@ -575,12 +543,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     auto add_chunk = [&](int c) {
         float (&done)[kAcc] = part[c % kQkBuffers];
         fence_regs(done);
-#pragma unroll
-        for (int j = 0; j < kQkChunkSteps; ++j) {
-            asm volatile("" ::"r"(ka[c % kKaBuffers][j][0]), "r"(ka[c % kKaBuffers][j][1]),
-                         "r"(ka[c % kKaBuffers][j][2]), "r"(ka[c % kKaBuffers][j][3])
-                         : "memory");
-        }
+        keep_alive(ka[c % kKaBuffers]);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] += done[i];
     };
