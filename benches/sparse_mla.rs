@@ -20,7 +20,6 @@
 mod common;
 
 use common::{Record, gpu, time_us};
-use cudarc::driver::sys::CUdevice_attribute;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::{CudaKernel, LaunchShape};
@@ -421,13 +420,9 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
         // [0, s_kv) are skipped; sink is one u32.
         unsafe { g.launch::<GatherLimit<D>>(shape, &limit_params(i)).unwrap() }
     });
-    let sms = g
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .unwrap() as u32;
     let us_bulk = time_us(g, 3, 20, |i| {
         let shape = LaunchShape {
-            grid: (sms, 1, 1), // one CTA per SM, streaming the rows
+            grid: (g.sm_count(), 1, 1), // one CTA per SM, streaming the rows
             block: (192, 1, 1),
             smem_bytes: GatherBulkLimit::<D>::DYNAMIC_SMEM_BYTES,
         };

@@ -3,7 +3,8 @@
 //! narrow tiles of 8, 16 and 32 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
-//! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared. Tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
+//! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared.
+//! Tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
 //! inputs beyond the spec's N(0, 0.05²) by what the algorithm itself permits: out also by
 //! 2^-4 · max|v| (the e4m3 re-quantization of each softmax weight P, a relative error of at most
 //! 2^-4, bounds the output error by that fraction of the largest value), max_logits and lse also by
@@ -256,8 +257,8 @@ case!(
 );
 
 // More query rows than the narrow kernel's persistent grid holds at once (two CTAs per SM, three
-// for 8 heads at d_qk 512, one for 32 heads; 132 SMs on the H200), so every CTA runs several rows
-// in a row — among them the scenarios' empty rows — through one K ring.
+// for 8 heads at d_qk 512; 132 SMs on the H200), so CTAs run several rows one after the other —
+// among them the scenarios' empty rows — through one K ring.
 case!(
     d512_h8_tile8_topk128_many_rows,
     512,
