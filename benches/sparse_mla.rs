@@ -1,7 +1,8 @@
 //! Benchmark of the FP8 sparse MLA prefill: TFLOP/s counted as `2·s_q·h_q·topk·(d_qk + 512)` at
 //! s_q = 4096, h_q = 128, d_qk = 576, top-k 2048, s_kv ∈ {8192, 32768, 65536}; at h_q = 64,
-//! d_qk = 512, top-k 512; and DeepSeek V3.2 at TP8 (16 real heads in one 64-head tile). The
-//! limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
+//! d_qk = 512, top-k 512; and DeepSeek V3.2 at TP8 (16 real heads in one 64-head tile); each
+//! with the default head tiling (32-head narrow tiles) and with `HeadTiling::Tiles64` (the
+//! 64-head kernel) on the same shapes in the same run. The limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
 //! `fp8_matmul_rate.py` (PyTorch `_scaled_mm`) when Python with PyTorch is present.
 //!
 //! Narrow head tiles (8, 16, 32 heads per rank) at (4096, 32768, h, 576, 2048) and
@@ -171,6 +172,7 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     g: &Cuda,
     rng: &mut StdRng,
     s_kv: usize,
+    tiling: HeadTiling,
     limit: Option<f64>,
     records: &mut Vec<Record>,
 ) where
@@ -186,7 +188,7 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     let mut out = Tensor::<Cuda, bf16, OutRow<HEADS>>::zeros(g, S_Q).unwrap();
     let mut ml = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
     let mut lse = Tensor::<Cuda, f32, Cols<HEADS>>::zeros(g, S_Q).unwrap();
-    let kernel = SparseMlaPrefill::<D, HQ, TOPK, Plain, HEADS>::new();
+    let kernel = SparseMlaPrefill::<D, HQ, TOPK, Plain, HEADS>::new().with_tiling(tiling);
     let us = time_us(g, 3, 20, |i| {
         let s = &sets[i % 2];
         kernel
@@ -198,11 +200,16 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     let tflops = flops / (us * 1e-6) / 1e12;
     let of_limit = limit.map_or("—".to_string(), |l| format!("{:.0}%", 100.0 * tflops / l));
     println!(
-        "| ({S_Q}, {s_kv}, {HQ} [{HEADS} real], {D}, {TOPK}) | {:.3} | {tflops:.0} | {of_limit} | {max_abs:.2e} | {cos_dist:.1e} |",
+        "| ({S_Q}, {s_kv}, {HQ} [{HEADS} real], {D}, {TOPK}) | {tiling:?} | {:.3} | {tflops:.0} | {of_limit} | {max_abs:.2e} | {cos_dist:.1e} |",
         us / 1e3
     );
     records.push(Record {
-        name: format!("sq{S_Q}_skv{s_kv}_hq{HQ}_heads{HEADS}_d{D}_topk{TOPK}"),
+        name: match tiling {
+            HeadTiling::Fastest => format!("sq{S_Q}_skv{s_kv}_hq{HQ}_heads{HEADS}_d{D}_topk{TOPK}"),
+            HeadTiling::Tiles64 => {
+                format!("sq{S_Q}_skv{s_kv}_hq{HQ}_heads{HEADS}_d{D}_topk{TOPK}_tiles64")
+            }
+        },
         fields: vec![
             ("ms", us / 1e3),
             ("tflops", tflops),
@@ -384,7 +391,7 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
     let mut ml = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
     let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
     let narrow = SparseMlaPrefill::<D, H, TOPK, Plain, H>::new();
-    let padded = SparseMlaPrefill::<D, 64, TOPK, Plain, H>::new();
+    let padded = SparseMlaPrefill::<D, 64, TOPK, Plain, H>::new().with_tiling(HeadTiling::Tiles64);
     let us = time_us(g, 3, 20, |i| {
         let s = &sets[i % 2];
         narrow
@@ -498,16 +505,18 @@ fn main() {
         fields: vec![("tflops", limit.unwrap_or(f64::NAN))],
     }];
     println!(
-        "\n| (s_q, s_kv, h_q, d_qk, topk) | ms | TFLOP/s | of FP8 matmul | max |Δout| | cos distance |"
+        "\n| (s_q, s_kv, h_q, d_qk, topk) | head tiling | ms | TFLOP/s | of FP8 matmul | max |Δout| | cos distance |"
     );
-    println!("|---|---|---|---|---|---|");
-    for s_kv in [8192, 32768, 65536] {
-        bench::<576, 128, 128, 2048>(&g, &mut rng, s_kv, limit, &mut records);
+    println!("|---|---|---|---|---|---|---|");
+    for tiling in [HeadTiling::Fastest, HeadTiling::Tiles64] {
+        for s_kv in [8192, 32768, 65536] {
+            bench::<576, 128, 128, 2048>(&g, &mut rng, s_kv, tiling, limit, &mut records);
+        }
+        for s_kv in [8192, 32768] {
+            bench::<512, 64, 64, 512>(&g, &mut rng, s_kv, tiling, limit, &mut records);
+        }
+        bench::<576, 64, 16, 2048>(&g, &mut rng, 65536, tiling, limit, &mut records);
     }
-    for s_kv in [8192, 32768] {
-        bench::<512, 64, 64, 512>(&g, &mut rng, s_kv, limit, &mut records);
-    }
-    bench::<576, 64, 16, 2048>(&g, &mut rng, 65536, limit, &mut records);
 
     println!(
         "\n| narrow (s_q, s_kv, h, d_qk, topk) | ms | TFLOP/s (real heads) | 64-head tile ms | speed-up | plain-load gather ms | bulk-copy gather ms | over the faster gather | max |Δout| | cos distance | 64-head tile max |Δout| | 64-head tile cos distance |"

@@ -9,9 +9,10 @@
 // ================================================================================================
 //
 //   grid  = min(head_tiles * s_q, SMs * CTAs per SM) CTAs, 1-D (persistent; any grid size is
-//           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for the counts the library sends
-//           here). Work item w = (heads HEAD_TILE*(w % head_tiles) … +HEAD_TILE-1 of query row
-//           w / head_tiles); CTA b takes items b, b + gridDim.x, ...
+//           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for 8, 16 and 32 heads, h_q / 32
+//           for 64 heads or more in 32-head tiles). Work item w = (heads HEAD_TILE*(w %
+//           head_tiles) … +HEAD_TILE-1 of query row w / head_tiles); CTA b takes items b,
+//           b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
 //           Two CTAs per SM (128 registers a thread at launch; setmaxnreg then moves registers
 //           from the gather warpgroup, 40 a thread, to the consumers, 216), except 8 heads at

@@ -94,14 +94,16 @@ impl MlaHeadDim for Dim<512> {}
 impl MlaHeadDim for Dim<576> {}
 
 /// A query-head count the sparse MLA prefill runs as whole head tiles: one narrow tile of 8, 16
-/// or 32 heads (`kernels/sparse_mla_narrow.cu`), or 64-head tiles (`kernels/sparse_mla_prefill.cu`).
+/// or 32 heads (`kernels/sparse_mla_narrow.cu`), or a multiple of 64, which the CUDA backend runs
+/// in 32-head narrow tiles by default or in 64-head tiles of `kernels/sparse_mla_prefill.cu`
+/// (`HeadTiling`); either way only tiles holding a real head are launched.
 #[diagnostic::on_unimplemented(
     message = "query-head count `{Self}` is not a sparse MLA head tile",
     label = "the sparse MLA prefill runs head tiles of 8, 16 or 32 heads, or multiples of 64: H_Q must be 8, 16, 32, 64, 128, … (up to 1024)",
     note = "name the tile and the real count: `SparseMlaPrefill<D_QK, 16, TOPK, Plain, 12>` runs 12 real heads in one 16-head tile (the kernel pads; the caller passes the real heads)"
 )]
 pub trait HeadTile {
-    /// Heads per CTA of the kernel that runs this tile: 8, 16, 32 or 64.
+    /// Heads per unit of the rule: 8, 16 or 32 (one narrow tile), or 64 (a multiple of 64).
     const WIDTH: usize;
     /// Tiles per query row, `H_Q / WIDTH`.
     const TILES: usize;

@@ -1,6 +1,7 @@
 //! The sparse MLA prefill on the GPU against the CPU reference: D_QK 512 and 576, 16 (padded),
-//! 64, 80 (two tiles) and 128 heads on the 64-head kernel, and 5, 8, 12, 16, 20, 32 heads in
-//! narrow tiles of 8, 16 and 32 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
+//! 64, 80 (two tiles) and 128 heads both on the 64-head kernel (`HeadTiling::Tiles64`) and in
+//! 32-head narrow tiles (the default), and 5, 8, 12, 16, 20, 32 heads in narrow tiles of 8, 16
+//! and 32 heads, top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
 //! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared.
@@ -14,8 +15,9 @@
 
 mod common;
 
-use common::sparse_mla::{MlaObserved, MlaScenario, Variant, run};
+use common::sparse_mla::{MlaObserved, MlaScenario, Variant, run, run_tiled};
 use shapeproof::backend::{Cpu, Cuda};
+use shapeproof::ops::sparse_mla::HeadTiling;
 
 fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
@@ -60,9 +62,14 @@ macro_rules! case {
         fn $test() {
             let g = gpu();
             let mut rng = common::rng(stringify!($test));
+            // 64 heads or more: both kernels (the default runs 32-head narrow tiles).
+            let tilings: &[HeadTiling] = if $hq >= 64 {
+                &[HeadTiling::Tiles64, HeadTiling::Fastest]
+            } else {
+                &[HeadTiling::Fastest]
+            };
             for variant in [Variant::Plain, Variant::Length, Variant::LengthAndSink] {
                 let sc = MlaScenario::random(&mut rng, $s_q, $s_kv, $heads, $d, $topk, $std, $sm);
-                let gs = run::<Cuda, $d, $hq, $topk, $heads>(&g, &sc, variant);
                 let cs = run::<Cpu, $d, $hq, $topk, $heads>(&Cpu, &sc, variant);
                 // Largest dequantized value a row can average over.
                 let v_max = sc
@@ -72,12 +79,15 @@ macro_rules! case {
                     .map(|v| shapeproof::dtype::e4m3_to_f32(*v).abs())
                     .fold(0.0f32, f32::max)
                     * sc.kv_scale;
-                compare(
-                    &format!("{} {variant:?}", stringify!($test)),
-                    &gs,
-                    &cs,
-                    v_max,
-                );
+                for &tiling in tilings {
+                    let gs = run_tiled::<Cuda, $d, $hq, $topk, $heads>(&g, &sc, variant, tiling);
+                    compare(
+                        &format!("{} {variant:?} {tiling:?}", stringify!($test)),
+                        &gs,
+                        &cs,
+                        v_max,
+                    );
+                }
             }
         }
     };
@@ -291,4 +301,28 @@ case!(
     2048,
     1.0,
     0.05
+);
+// Several 32-head tiles per row (the default tiling of 64 heads or more) with more work items
+// (rows × tiles) than the persistent grid holds; 100 heads leave a last tile of 4 real heads.
+case!(
+    d576_h128_topk128_many_rows,
+    576,
+    128,
+    128,
+    128,
+    200,
+    2048,
+    1.0,
+    0.05
+);
+case!(
+    d512_h100_topk256_many_rows,
+    512,
+    128,
+    100,
+    256,
+    150,
+    4096,
+    0.05,
+    0.0625
 );

@@ -108,8 +108,9 @@ pub enum Variant {
     LengthAndSink,
 }
 
-/// Runs `sc` through `SparseMlaPrefill<D_QK, H_Q, TOPK, _, HEADS>` on backend `b`, with outputs
-/// poisoned (NaN) before the call.
+/// Runs `sc` through `SparseMlaPrefill<D_QK, H_Q, TOPK, _, HEADS>` on backend `b` with the
+/// default head tiling, outputs poisoned (NaN) before the call.
+#[allow(dead_code)] // not every test binary that includes `common` uses both entries
 pub fn run<
     B: RunSparseMla,
     const D_QK: usize,
@@ -120,6 +121,29 @@ pub fn run<
     b: &B,
     sc: &MlaScenario,
     variant: Variant,
+) -> MlaObserved
+where
+    Dim<D_QK>: MlaHeadDim,
+    Dim<H_Q>: shapeproof::rules::HeadTile,
+    Dim<TOPK>: shapeproof::rules::TopkWidth,
+    Dim<HEADS>: shapeproof::rules::PadsTo<H_Q>,
+{
+    run_tiled::<B, D_QK, H_Q, TOPK, HEADS>(b, sc, variant, HeadTiling::Fastest)
+}
+
+/// As [`run`], with the kernel's head tiling `tiling`.
+#[allow(dead_code)]
+pub fn run_tiled<
+    B: RunSparseMla,
+    const D_QK: usize,
+    const H_Q: usize,
+    const TOPK: usize,
+    const HEADS: usize,
+>(
+    b: &B,
+    sc: &MlaScenario,
+    variant: Variant,
+    tiling: HeadTiling,
 ) -> MlaObserved
 where
     Dim<D_QK>: MlaHeadDim,
@@ -142,11 +166,13 @@ where
     let length = || Tensor::from_host(b, "topk_length", &sc.topk_length, sc.s_q).unwrap();
     match variant {
         Variant::Plain => SparseMlaPrefill::<D_QK, H_Q, TOPK, Plain, HEADS>::new()
+            .with_tiling(tiling)
             .run(b, &inputs, &kv, &mut out, &mut max_logits, &mut lse)
             .unwrap(),
         Variant::Length => {
             let inputs = inputs.with_topk_length(length()).unwrap();
             SparseMlaPrefill::<D_QK, H_Q, TOPK, WithLength, HEADS>::new()
+                .with_tiling(tiling)
                 .run(b, &inputs, &kv, &mut out, &mut max_logits, &mut lse)
                 .unwrap()
         }
@@ -158,6 +184,7 @@ where
                 .with_sink(sink)
                 .unwrap();
             SparseMlaPrefill::<D_QK, H_Q, TOPK, WithLengthAndSink, HEADS>::new()
+                .with_tiling(tiling)
                 .run(b, &inputs, &kv, &mut out, &mut max_logits, &mut lse)
                 .unwrap()
         }

@@ -1,11 +1,12 @@
-//! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_prefill.cu` for 64-head tiles,
-//! `kernels/sparse_mla_narrow.cu` for a narrow tile of 8, 16 or 32 heads; both are compiled after
+//! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
+//! 16 or 32 heads (also 64 heads or more, in 32-head tiles, by default),
+//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (`HeadTiling::Tiles64`); both are compiled after
 //! `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
 
-use super::Options;
 use super::launch::{SparseMlaCall, SparseMlaLaunch};
+use super::{HeadTiling, Options};
 use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
 use crate::error::Result;
@@ -141,11 +142,17 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        // H_Q is a head tile (`HeadTile`): 8, 16 or 32 runs the narrow kernel as one tile, a
-        // multiple of 64 the 64-head kernel.
-        let tile = if H_Q < 64 { H_Q } else { 64 };
-        let head_tiles = H_Q / tile;
+        // H_Q is a head tile (`HeadTile`) that the real HEADS pad to. The narrow kernel runs 8,
+        // 16 or 32 as one tile of that width and 64 or more in 32-head tiles; the 64-head kernel
+        // runs 64-head tiles. Only tiles that hold a real head are launched.
+        let tile = match call.tiling {
+            HeadTiling::Fastest if H_Q < 64 => H_Q,
+            HeadTiling::Fastest => 32,
+            HeadTiling::Tiles64 => 64,
+        };
+        let head_tiles = HEADS.div_ceil(tile);
         let SparseMlaCall {
+            tiling: _,
             s_q,
             s_kv,
             q,
@@ -182,7 +189,7 @@ impl SparseMlaLaunch for Cuda {
         let rows = (head_tiles * s_q) as u32; // work items: (query row, head tile)
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
-        let launched = match H_Q {
+        let launched = match tile {
             8 => unsafe { self.launch_narrow::<D_QK, O, 8>(rows, &params) },
             16 => unsafe { self.launch_narrow::<D_QK, O, 16>(rows, &params) },
             32 => unsafe { self.launch_narrow::<D_QK, O, 32>(rows, &params) },

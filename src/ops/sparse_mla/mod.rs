@@ -5,6 +5,7 @@
 //! [`SparseMlaPrefill`] carries the static facts: `D_QK` (512 or 576), the padded query heads
 //! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k width, the options (plain, with per-row top-k lengths, with
 //! lengths and an attention sink) and the real head count `HEADS` the library pads to `H_Q`.
+//! [`HeadTiling`] says which CUDA kernel runs a head count of 64 or more.
 
 mod cpu;
 mod cuda;
@@ -122,6 +123,25 @@ impl<const HEADS: usize> RowShape for OutRow<HEADS> {
     const COLS: usize = HEADS * D_V;
 }
 
+/// Which CUDA kernel runs the heads of a call. Both compute the same function within the
+/// tests' tolerances; they differ in speed and in the rounding details of their softmax (the
+/// narrow kernel weighs blocks against a reference max, `docs/ARCHITECTURE.md`), so an engine
+/// that wants one kernel's numbers everywhere can name it. The CPU reference ignores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HeadTiling {
+    /// The fastest kernel measured on the H200 for the head tile: 8, 16 or 32 heads run one
+    /// narrow tile of that width (`kernels/sparse_mla_narrow.cu`); 64 heads or more run
+    /// `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.03-1.16× faster than 64-head tiles,
+    /// `bench/RESULTS.md`; a row's tiles run on neighbouring CTAs, so its gathered rows are L2
+    /// hits for the later tiles).
+    #[default]
+    Fastest,
+    /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),
+    /// `HEADS.div_ceil(64)` of them, whatever `H_Q` is: the kernel every published Hopper
+    /// implementation runs, kept as the baseline of the narrow tiles.
+    Tiles64,
+}
+
 /// The sparse MLA prefill kernel: head dim `D_QK`, `H_Q` padded query heads, top-k width
 /// `TOPK`, options `O`, and `HEADS` real query heads (default `H_Q`).
 pub struct SparseMlaPrefill<
@@ -131,6 +151,7 @@ pub struct SparseMlaPrefill<
     O = Plain,
     const HEADS: usize = H_Q,
 > {
+    tiling: HeadTiling,
     _types: PhantomData<fn() -> O>,
 }
 
@@ -147,8 +168,19 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
         Dim<HEADS>: PadsTo<H_Q>,
     {
         Self {
+            tiling: HeadTiling::Fastest,
             _types: PhantomData,
         }
+    }
+
+    /// The same kernel type run with `tiling` instead of [`HeadTiling::Fastest`].
+    pub fn with_tiling(self, tiling: HeadTiling) -> Self {
+        Self { tiling, ..self }
+    }
+
+    /// The head tiling the CUDA backend runs.
+    pub fn tiling(&self) -> HeadTiling {
+        self.tiling
     }
 
     /// FLOPs of one call with `s_q` query rows, counted as `2·s_q·h_q·topk·(d_qk + 512)`
@@ -179,6 +211,7 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
         // the inputs' constructors and the three row checks above.
         unsafe {
             backend.sparse_mla::<D_QK, H_Q, TOPK, O, HEADS>(SparseMlaCall {
+                tiling: self.tiling,
                 s_q,
                 s_kv: kv.len(),
                 q: inputs.q.as_slice(),
@@ -389,26 +422,27 @@ impl RunSparseMla for crate::backend::Cuda {}
 
 /// The launch layer: the checked call as plain slices, and the per-backend entry.
 pub(crate) mod launch {
-    use super::Options;
+    use super::{HeadTiling, Options};
     use crate::backend::Backend;
     use crate::dtype::{F8E4M3, bf16};
     use crate::error::Result;
 
     /// One checked call as plain slices; extents in the comments. Made only by `run`.
     pub struct SparseMlaCall<'a, B: Backend> {
-        pub(crate) s_q: usize,                             // query rows
-        pub(crate) s_kv: usize,                            // latent KV rows
-        pub(crate) q: B::Slice<'a, F8E4M3>,                // [s_q, HEADS, D_QK]
-        pub(crate) q_scale: B::Slice<'a, f32>,             // [1]
-        pub(crate) indices: B::Slice<'a, i32>,             // [s_q, TOPK]
+        pub(crate) tiling: HeadTiling,      // which CUDA kernel runs the heads
+        pub(crate) s_q: usize,              // query rows
+        pub(crate) s_kv: usize,             // latent KV rows
+        pub(crate) q: B::Slice<'a, F8E4M3>, // [s_q, HEADS, D_QK]
+        pub(crate) q_scale: B::Slice<'a, f32>, // [1]
+        pub(crate) indices: B::Slice<'a, i32>, // [s_q, TOPK]
         pub(crate) topk_length: Option<B::Slice<'a, i32>>, // [s_q] or none
-        pub(crate) sink: Option<B::Slice<'a, f32>>,        // [HEADS] or none
-        pub(crate) sm_scale: f32,                          // natural-log units
-        pub(crate) kv: B::Slice<'a, F8E4M3>,               // [s_kv, D_QK]
-        pub(crate) kv_scale: B::Slice<'a, f32>,            // [1]
-        pub(crate) out: B::SliceMut<'a, bf16>,             // [s_q, HEADS, 512]
-        pub(crate) max_logits: B::SliceMut<'a, f32>,       // [s_q, HEADS]
-        pub(crate) lse: B::SliceMut<'a, f32>,              // [s_q, HEADS]
+        pub(crate) sink: Option<B::Slice<'a, f32>>, // [HEADS] or none
+        pub(crate) sm_scale: f32,           // natural-log units
+        pub(crate) kv: B::Slice<'a, F8E4M3>, // [s_kv, D_QK]
+        pub(crate) kv_scale: B::Slice<'a, f32>, // [1]
+        pub(crate) out: B::SliceMut<'a, bf16>, // [s_q, HEADS, 512]
+        pub(crate) max_logits: B::SliceMut<'a, f32>, // [s_q, HEADS]
+        pub(crate) lse: B::SliceMut<'a, f32>, // [s_q, HEADS]
     }
 
     /// The per-backend entry of the prefill.
