@@ -184,7 +184,9 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
     }
 
     /// FLOPs of one call with `s_q` query rows, counted as `2·s_q·h_q·topk·(d_qk + 512)`
-    /// over the padded heads (the work the tensor cores do).
+    /// over the `H_Q` padded heads, as published benchmarks count them. The CUDA kernels launch
+    /// only the tiles that hold a real head, so where `HEADS < H_Q` they may do less
+    /// (`HEADS.div_ceil(32)` 32-head tiles for `H_Q` of 64 or more, [`HeadTiling`]).
     pub fn flops(s_q: usize) -> f64 {
         2.0 * s_q as f64 * H_Q as f64 * TOPK as f64 * (D_QK + D_V) as f64
     }
