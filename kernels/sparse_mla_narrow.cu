@@ -15,8 +15,8 @@
 //           b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
 //           Two CTAs per SM (128 registers a thread at launch; setmaxnreg then moves registers
-//           from the gather warpgroup, 40 a thread, to the consumers, 216), except 8 heads at
-//           D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
+//           from the gather warpgroup, 40 a thread, to the consumers, 216; 32 and 224 for 32
+//           heads), except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
 //   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 16
 //           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 4 (8 heads,
 //           D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads, D_QK 576), 5 (32 heads, D_QK 512):
@@ -137,16 +137,21 @@ constexpr int kGatherWarps = 4;  // a whole warpgroup: setmaxnreg works on warpg
 template <int D_QK, int H>
 constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
 // Registers per thread after the warp-specialised re-allocation: the gather warpgroup gives
-// registers to the consumer warpgroup (the gather warps' row loop needs 40; the consumer at
-// three CTAs per SM fits 120 with four P.V tiles in flight).
+// registers to the consumer warpgroup. The gather warps' row loop runs in 32 without spills
+// (24 spill), but measured 2-9% slower at 8 and 16 heads than with 40; at 32 heads the 8 more
+// consumer registers (224) cut its spill from ~130 to ~30 bytes a thread, 1% faster at d_qk 576
+// and 4% at 512. The consumer at three CTAs per SM fits 120 with four P.V tiles in flight.
 template <int D_QK, int H>
-constexpr int kConsumerRegsFor = kCtasPerSmFor<D_QK, H> == 3 ? 120 : 216;
-constexpr int kGatherRegs = 40;
+constexpr int kGatherRegsFor = H == 32 ? 32 : 40;
+template <int D_QK, int H>
+constexpr int kConsumerRegsFor =
+    kCtasPerSmFor<D_QK, H> == 3 ? 120 : 256 - kGatherRegsFor<D_QK, H>;
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
 // counts must add up to that pool.
 template <int D_QK, int H>
 constexpr bool kRegisterPoolFits =
-    (kConsumerRegsFor<D_QK, H> + kGatherRegs) * 128 == kLaunchRegsFor<D_QK, H> * 256;
+    (kConsumerRegsFor<D_QK, H> + kGatherRegsFor<D_QK, H>) * 128 ==
+    kLaunchRegsFor<D_QK, H> * 256;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
 constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 4 : 5)
@@ -426,7 +431,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     __syncthreads();
 
     if (warp >= 4) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegs));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegsFor<D_QK, H>));
         // ---------------------------------------------------------------- gather warp
         Gather<D_QK, H> gather;
         gather.k_base = sk;
@@ -475,16 +480,16 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
-    // S^T chunk accumulators in flight at once: as many as the 216 registers a consumer thread
-    // gets allow (O^T holds 8 * kAcc of them: 32 for 8 heads, 64 for 16, 128 for 32).
+    // S^T chunk accumulators in flight at once: as many as the 216 (224) registers a consumer
+    // thread gets allow (O^T holds 8 * kAcc of them: 32 for 8 heads, 64 for 16, 128 for 32).
     // (8 heads at three CTAs per SM: 120 registers hold two.)
     constexpr int kQkBuffers =
         H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 1);
     // A-fragment (K row) buffers of the S^T chunks: one more than the chunk accumulators, so a
     // chunk's ldmatrix runs while the chunk before it is still in the tensor cores (2-3% faster
-    // at 16 and 32 heads than loading after the wait). At 32 heads ptxas then spills about 130
-    // bytes a thread (L1-resident local memory); the spill-free choice (no spare buffer, two P.V
-    // tiles) measured 3% slower at d_qk 576.
+    // at 16 and 32 heads than loading after the wait). At 32 heads ptxas then spills about 30
+    // bytes a thread (L1-resident local memory; 130 with 216 registers, where the spill-free
+    // choice, no spare buffer and two P.V tiles, measured 3% slower at d_qk 576).
     constexpr int kKaBuffers = kQkBuffers + 1 < kQkChunks ? kQkBuffers + 1 : kQkChunks;
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
     constexpr int kPvBuffers = H == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
