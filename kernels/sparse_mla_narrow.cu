@@ -17,11 +17,12 @@
 //           Two CTAs per SM (128 registers a thread at launch; setmaxnreg then moves registers
 //           from the gather warpgroup, 40 a thread, to the consumers, 216; 32 and 224 for 32
 //           heads), except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
-//   dynamic shared memory = HEAD_TILE * D_QK + stages * (32 * D_QK + 536) + 112 * HEAD_TILE + 16
-//           bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK 576), 4 (8 heads,
-//           D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads, D_QK 576), 5 (32 heads, D_QK 512):
-//           D_QK 576: 100360 (8 heads), 105864 (16), 97904 (32);
-//           D_QK 512: 72688 (8), 111520 (16), 104584 (32).
+//   dynamic shared memory = q_buffers * (HEAD_TILE * D_QK + 16) + stages * (32 * D_QK + 536)
+//           + 112 * HEAD_TILE bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK
+//           576), 4 (8 heads, D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads, D_QK 576), 5 (32
+//           heads, D_QK 512); q_buffers (Q tiles) = 2 for 8 heads and for 16 heads at D_QK 576,
+//           else 1: D_QK 576: 104984 (8 heads), 115096 (16), 97904 (32);
+//           D_QK 512: 76800 (8), 111520 (16), 104584 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -76,8 +77,9 @@
 //
 // Shared-memory layouts (wgmma "no swizzle" canonical K-major: core matrix = 8 rows x 16 bytes,
 // 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
-// * Q tile [HEAD_TILE rows][D_QK]: byte (r/8)*(8*D_QK) + (c/16)*128 + (r%8)*16 + c%16;
-//   LBO = 128, SBO = 8*D_QK; a k-step (32 channels) advances the start address by 256 bytes.
+// * Q tile [HEAD_TILE rows][D_QK] (each of the q_buffers): byte (r/8)*(8*D_QK) + (c/16)*128 +
+//   (r%8)*16 + c%16; LBO = 128, SBO = 8*D_QK; a k-step (32 channels) advances the start
+//   address by 256 bytes.
 // * Each K ring stage [32 rows][D_QK] row-major at a pitch of D_QK + 16 bytes (what a bulk copy
 //   of a row writes; the pitch puts the 8 rows of every ldmatrix 8x16-byte matrix in distinct
 //   banks). The S^T A fragment of a k-step is one ldmatrix.x4 (block rows 16*warp … +15, 32
@@ -86,13 +88,15 @@
 // * P^T [HEAD_TILE heads][64 positions]: (h/8)*512 + (p/16)*128 + (h%8)*16 + p%16; LBO = 128,
 //   SBO = 512; k-step ks at 256*ks.
 //
-// Synchronisation: mbarriers q_full (32 cp.async-tracked arrivals of gather warp 0, one phase per
-// row with blocks), q_empty (128 consumer arrivals after the row's last S^T: the next row's Q
-// may come), k_full[stages] (32 arrivals of the stage's gather warp, after its zero rows and
-// validity mask are stored, plus the transaction bytes of its bulk copies) and k_empty[stages]
-// (128 consumer arrivals after the last ldmatrix that read the stage); named barrier 1 (the 128
-// consumer threads) for the headroom vote (bar.red.or), the column-max exchange, the P^T hand-off
-// and the column sums. The Q tile and P^T, which wgmma reads, are fenced with fence.proxy.async;
+// Synchronisation: mbarriers q_full[q_buffers] (32 cp.async-tracked arrivals of gather warp 0,
+// one phase per row with blocks that uses the buffer; row u with blocks uses Q buffer
+// u % q_buffers), q_empty[q_buffers] (128 consumer arrivals after the row's last S^T: a later
+// row's Q may come into the buffer), k_full[stages] (32 arrivals of the stage's gather warp,
+// after its zero rows and validity mask are stored, plus the transaction bytes of its bulk
+// copies) and k_empty[stages] (128 consumer arrivals after the last ldmatrix that read the
+// stage); named barrier 1 (the 128 consumer threads) for the headroom vote (bar.red.or), the
+// column-max exchange, the P^T hand-off and the column sums. The Q tiles and P^T, which wgmma
+// reads, are fenced with fence.proxy.async;
 // the K ring is read by ldmatrix only.
 //
 // Numerics (as sparse_mla_prefill.cu, but for the reference max): s2 = dot *
@@ -173,6 +177,23 @@ constexpr float kLog2ShareLimit = 4.f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Bytes of one CTA's shared memory with QB Q tiles (the layout of Smem below). (Variable
+// templates, not constexpr functions: NVRTC compiles no host functions.)
+template <int D_QK, int H, int QB>
+constexpr int kSmemBytesWith =
+    QB * (H * D_QK + 16) + kStagesFor<D_QK, H> * (32 * D_QK + 536) + 112 * H;
+// Whether the CTAs of one SM fit in its shared memory (1 KB of it reserved per CTA).
+template <int D_QK, int H, int QB>
+constexpr bool kSmemFits =
+    kCtasPerSmFor<D_QK, H> * (kSmemBytesWith<D_QK, H, QB> + 1024) <= 233472 &&
+    kSmemBytesWith<D_QK, H, QB> <= 232448;
+// Q tiles per CTA: two where they fit beside the ring (8 and 16 heads at d_qk 576, 8 heads at
+// 512), so gather warp 0 loads the next row's Q while the consumers still read the current one
+// (with one, it waited for the row's last S^T before it issued the next row's Q and its first
+// stages); else one.
+template <int D_QK, int H>
+constexpr int kQBuffersFor = kSmemFits<D_QK, H, 2> ? 2 : 1;
+
 // Shared-memory map for one (D_QK, HEAD_TILE) (byte offsets from the dynamic shared memory base).
 template <int D_QK, int H>
 struct Smem {
@@ -182,28 +203,34 @@ struct Smem {
     static constexpr int kStageBytes = kStageTokens * kRowStride;
     static constexpr int kPtBytes = H * kTokensPerBlock;     // one P^T buffer
     static constexpr int kStages = kStagesFor<D_QK, H>;
-    static constexpr int kQ = 0;                             // Q tile  [H heads][D_QK]
-    static constexpr int kK = kQ + H * D_QK;                 // K ring  [kStages][32 rows][pitch]
+    static constexpr int kQBuffers = kQBuffersFor<D_QK, H>;
+    static constexpr int kQBytes = H * D_QK;                 // one Q tile
+    static constexpr int kQ = 0;                             // Q tiles [kQBuffers][H heads][D_QK]
+    static constexpr int kK = kQ + kQBuffers * kQBytes;      // K ring  [kStages][32 rows][pitch]
     static constexpr int kPt = kK + kStages * kStageBytes;   // P^T     [H heads][64 positions]
     static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
     static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
     static constexpr int kMask = kSum + 4 * H * 4;           // u32     [kStages] validity masks
-    static constexpr int kBars = kMask + kStages * 8;        // u64     mbarriers (2 + 2*kStages)
-    static constexpr int kBytes = kBars + (2 + 2 * kStages) * 8;
+    static constexpr int kBars = kMask + kStages * 8;  // u64 mbarriers (2*kQBuffers + 2*kStages)
+    static constexpr int kBytes = kBars + (2 * kQBuffers + 2 * kStages) * 8;
     static_assert(kK % 128 == 0 && kStageBytes % 16 == 0, "K stages must stay 16-byte aligned");
-    static_assert(kBytes == H * D_QK + kStages * (32 * D_QK + 536) + 112 * H + 16,
+    static_assert(kQBytes % 128 == 0, "Q tiles must stay 128-byte aligned");
+    static_assert(kBytes == kSmemBytesWith<D_QK, H, kQBuffers>, "layout and its formula");
+    static_assert(kBytes == kQBuffers * (H * D_QK + 16) + kStages * (32 * D_QK + 536) + 112 * H,
                   "launch-shape formula in the header");
-    static_assert(kCtasPerSmFor<D_QK, H> * (kBytes + 1024) <= 233472 && kBytes <= 232448,
+    static_assert(kSmemFits<D_QK, H, kQBuffers>,
                   "the CTAs of one SM must fit in its shared memory");
 };
 
-// mbarrier indices inside the barrier area: q_full, k_full[kStages], k_empty[kStages].
+// mbarrier indices inside the barrier area: q_full[kQBuffers], k_full[kStages],
+// k_empty[kStages], q_empty[kQBuffers].
 constexpr int kBarQFull = 0;
-constexpr int kBarKFull = 1;
 template <int D_QK, int H>
-constexpr int kBarKEmptyFor = 1 + kStagesFor<D_QK, H>;
+constexpr int kBarKFullFor = kQBuffersFor<D_QK, H>;
 template <int D_QK, int H>
-constexpr int kBarQEmptyFor = 1 + 2 * kStagesFor<D_QK, H>;
+constexpr int kBarKEmptyFor = kQBuffersFor<D_QK, H> + kStagesFor<D_QK, H>;
+template <int D_QK, int H>
+constexpr int kBarQEmptyFor = kQBuffersFor<D_QK, H> + 2 * kStagesFor<D_QK, H>;
 
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
@@ -314,7 +341,7 @@ struct Gather {
     __device__ __forceinline__ void issue_stage(int j, int idx) const {
         const int slot = j % kStages;
         const u32 dst = k_base + slot * kStageBytes;
-        const u32 full = bars + (kBarKFull + slot) * 8;
+        const u32 full = bars + (kBarKFullFor<D_QK, H> + slot) * 8;
         const bool valid = idx >= 0 && idx < s_kv;
         const u32 bits = __ballot_sync(0xffffffffu, valid);
         if (lane == 0) {
@@ -419,10 +446,12 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     };
 
     if (threadIdx.x == 0) {
-        mbar_init(bars + kBarQFull * 8, 32);
-        mbar_init(bars + kBarQEmptyFor<D_QK, H> * 8, kConsumerThreads);
+        for (int qb = 0; qb < L::kQBuffers; ++qb) {
+            mbar_init(bars + (kBarQFull + qb) * 8, 32);
+            mbar_init(bars + (kBarQEmptyFor<D_QK, H> + qb) * 8, kConsumerThreads);
+        }
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(bars + (kBarKFull + s) * 8, 32);
+            mbar_init(bars + (kBarKFullFor<D_QK, H> + s) * 8, 32);
             mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
         }
         // The bulk copy engine (async proxy) completes transactions on these barriers.
@@ -445,12 +474,18 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             const Row r = row_of(item);
             if (r.num_blocks == 0) continue;  // no Q, no stages: the consumers skip it too
-            // Q tile -> shared memory by gather warp 0, once the consumers are done with the
-            // previous row's (q_empty; one warp loads every Q tile, so it waited for the
-            // previous phase itself and the barrier is at most one phase behind). Heads >= h_q
-            // are zero-filled (no global read); their outputs are not written.
+            // Q tile -> Q buffer q_uses % kQBuffers by gather warp 0, once the consumers are
+            // done with the row that used it last (q_empty of that buffer; one warp loads every
+            // Q tile, so it waited for the buffer's previous phase itself and the barrier is at
+            // most one phase behind). Heads >= h_q are zero-filled (no global read); their
+            // outputs are not written.
             if (warp == 4) {
-                if (q_uses > 0) mbar_wait(bars + kBarQEmptyFor<D_QK, H> * 8, (u32)(q_uses - 1) & 1u);
+                const int qb = q_uses % L::kQBuffers;
+                if (q_uses >= L::kQBuffers) {
+                    mbar_wait(bars + (kBarQEmptyFor<D_QK, H> + qb) * 8,
+                              (u32)(q_uses / L::kQBuffers - 1) & 1u);
+                }
+                const u32 sq_row = sq + (u32)(qb * L::kQBytes);
                 const u8* q_row = p.q + (i64)r.row_i * p.h_q * D_QK;
                 for (int e = lane; e < H * L::kChunks; e += 32) {
                     const int hr = e / L::kChunks;
@@ -458,10 +493,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                     const int head = r.tile * H + hr;
                     const bool valid = head < p.h_q;
                     const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
-                    cp_async_16(sq + (hr >> 3) * L::kRowGroupBytes + c * 128 + (hr & 7) * 16, src,
+                    cp_async_16(sq_row + (hr >> 3) * L::kRowGroupBytes + c * 128 + (hr & 7) * 16, src,
                                 valid ? 16u : 0u);
                 }
-                mbar_arrive_cp_async(bars + kBarQFull * 8);
+                mbar_arrive_cp_async(bars + (kBarQFull + qb) * 8);
             }
             ++q_uses;
             gather.idx_row = p.indices + (i64)r.row_i * p.topk;
@@ -507,7 +542,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     const float q_scale = __ldg(p.q_scale);
     const float kv_scale = __ldg(p.kv_scale);
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
-    const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
+    // Descriptor of Q buffer 0; buffer qb starts qb * kQBytes later (the start-address field
+    // counts 16-byte units).
+    const u64 q_desc0 = make_smem_desc(sq, 128, L::kRowGroupBytes);
+    u64 q_desc = q_desc0;  // the current row's Q buffer
     const u64 pt_desc = make_smem_desc(spt, 128, 512);
     // ldmatrix row addresses of this lane in a stage (row-major, pitch kRowStride).
     // S^T A fragment of a k-step (32 channels): matrix lane/8 = block rows 16*warp +
@@ -555,8 +593,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     };
     auto s_begin = [&](int b) {
         const int j0 = j_base + 2 * b, j1 = j0 + 1;
-        mbar_wait(bars + (kBarKFull + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
-        mbar_wait(bars + (kBarKFull + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
+        mbar_wait(bars + (kBarKFullFor<D_QK, H> + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
+        mbar_wait(bars + (kBarKFullFor<D_QK, H> + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
         const u32 k_rows = stage_addr(warp < 2 ? j0 : j1) + k_lane_off;  // this warp's rows
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
@@ -772,12 +810,12 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         for (int f = 0; f < kPvBuffers; ++f) keep_alive(frag[f]);
     };
 
-    // The last S^T of a row has read the Q tile: the gather warps may load the next row's.
+    int q_uses = 0;  // rows with blocks so far: their Q buffer and the phase of q_full / q_empty
+    // The last S^T of a row has read its Q tile: gather warp 0 may load a later row's into it.
     auto q_done = [&]() {
         fence_proxy_async();
-        mbar_arrive(bars + kBarQEmptyFor<D_QK, H> * 8);
+        mbar_arrive(bars + (kBarQEmptyFor<D_QK, H> + q_uses % L::kQBuffers) * 8);
     };
-    int q_uses = 0;  // rows with blocks so far: the phase of q_full / q_empty
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const Row r = row_of(item);
         const int tile = r.tile, row_i = r.row_i, num_blocks = r.num_blocks;
@@ -794,7 +832,9 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             l_run[c] = 0.f;
         }
         if (num_blocks > 0) {
-            mbar_wait(bars + kBarQFull * 8, (u32)q_uses & 1u);
+            const int qb = q_uses % L::kQBuffers;
+            q_desc = q_desc0 + (u64)((qb * L::kQBytes) >> 4);
+            mbar_wait(bars + (kBarQFull + qb) * 8, (u32)(q_uses / L::kQBuffers) & 1u);
             fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
             s_begin(0);
             wgmma_wait<0>();

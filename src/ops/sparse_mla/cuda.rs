@@ -80,13 +80,23 @@ pub const fn sparse_mla_narrow_ctas_per_sm(d_qk: usize, tile: usize) -> u32 {
 /// (`sparse_mla_narrow::kThreads`), 256 for every head tile.
 pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32;
 
+/// Q tiles per CTA of the narrow kernel (`sparse_mla_narrow::kQBuffersFor`): two where they fit
+/// beside the ring (the next row's Q loads while the current one is read), else one.
+pub const fn sparse_mla_narrow_q_buffers(d_qk: usize, tile: usize) -> usize {
+    match (tile, d_qk) {
+        (8, _) | (16, 576) => 2,
+        _ => 1,
+    }
+}
+
 /// Dynamic shared memory of one CTA of the narrow kernel,
-/// `tile·D_QK + stages·(32·D_QK + 536) + 112·tile + 16` bytes (the kernel asserts the same
-/// formula: Q tile, K ring stages of 32 rows at a pitch of D_QK + 16 bytes, P^T, column
-/// statistics, validity masks, barriers).
+/// `q_buffers·(tile·D_QK + 16) + stages·(32·D_QK + 536) + 112·tile` bytes (the kernel asserts
+/// the same formula: Q tiles and their two barriers, K ring stages of 32 rows at a pitch of
+/// D_QK + 16 bytes with their mask and barriers, P^T and the column statistics).
 pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
     let stages = sparse_mla_narrow_stages(d_qk, tile);
-    (tile * d_qk + stages * (32 * d_qk + 536) + 112 * tile + 16) as u32
+    let q_buffers = sparse_mla_narrow_q_buffers(d_qk, tile);
+    (q_buffers * (tile * d_qk + 16) + stages * (32 * d_qk + 536) + 112 * tile) as u32
 }
 
 impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
@@ -265,6 +275,11 @@ mod mirror_tests {
                         "stages",
                         format!("kStagesFor<{d}, {tile}>"),
                         sparse_mla_narrow_stages(d, tile) as u32,
+                    ),
+                    (
+                        "Q buffers",
+                        format!("kQBuffersFor<{d}, {tile}>"),
+                        sparse_mla_narrow_q_buffers(d, tile) as u32,
                     ),
                     (
                         "CTAs per SM",
