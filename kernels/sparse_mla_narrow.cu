@@ -1,7 +1,8 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for narrow head tiles (8, 16 or 32
 // heads per CTA), sm_90a (wgmma). Same function as sparse_mla_prefill.cu (spec KERNELS.md §3.3,
 // same parameter block, same numerics); this variant serves a tensor-parallel rank that holds
-// fewer than 64 query heads without padding them to a 64-head tile.
+// fewer than 64 query heads without padding them to a 64-head tile, and by default also runs 64
+// heads or more, as 32-head tiles.
 // Prepended by the library: common.cuh.
 //
 // ================================================================================================
@@ -9,8 +10,8 @@
 // ================================================================================================
 //
 //   grid  = min(head_tiles * s_q, SMs * CTAs per SM) CTAs, 1-D (persistent; any grid size is
-//           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for 8, 16 and 32 heads, h_q / 32
-//           for 64 heads or more in 32-head tiles). Work item w = (heads HEAD_TILE*(w %
+//           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for 8, 16 and 32 heads, ceil(h_q /
+//           32) for 64 heads or more in 32-head tiles). Work item w = (heads HEAD_TILE*(w %
 //           head_tiles) … +HEAD_TILE-1 of query row w / head_tiles); CTA b takes items b,
 //           b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
@@ -129,7 +130,7 @@ constexpr int kValueTiles = kDV / 64;  // M tiles of O^T
 constexpr int kStageTokens = 32;
 // CTAs per SM by tile: two, and three for 8 heads at d_qk 512 (their 32-row stages are small
 // enough for four of them a CTA; three CTAs measured 10% faster than two). 32 heads fit two CTAs
-// (their O^T accumulator takes 128 of the consumer's 216 registers, with one S^T chunk in
+// (their O^T accumulator takes 128 of the consumer's 224 registers, with one S^T chunk in
 // flight): 1.5x faster than one CTA per SM with eleven stages, whose one consumer chain per SM
 // left the SM idle. (8 heads at d_qk 576 in three CTAs would have room for three 32-row stages
 // or seven 16-row ones a CTA: both measured slower than two CTAs.)

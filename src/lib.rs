@@ -4,7 +4,8 @@
 //!
 //! An inference server checks at run time, on every call, that MXFP8 head dims are multiples of
 //! 128, that the K/V scale buffers exist and have the shape `[pages, dkv/128, 32, page/32, 4]`,
-//! that a sparse MLA head dim is 512 or 576, that query heads are padded to a multiple of 64,
+//! that a sparse MLA head dim is 512 or 576, that query heads are padded to a multiple of 64 (here:
+//! a head tile of 8, 16, 32 or a multiple of 64),
 //! that top-k is a multiple of 128 — and a wrong model config fails in production. Here those
 //! facts are const generics: [`ops::prologue::Mxfp8Prologue`] can only be built when its widths
 //! are multiples of 128, a misconfigured model does not compile (the error names the value, the

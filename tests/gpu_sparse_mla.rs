@@ -324,3 +324,38 @@ case!(
     0.05,
     0.0625
 );
+// Enough rows that every CTA of the persistent grid runs six or more, so each of the narrow
+// kernel's two Q buffers (8 heads, 16 heads at d_qk 576) goes through several barrier phases.
+case!(
+    d576_h8_tile8_topk128_many_rows_q_phases,
+    576,
+    8,
+    8,
+    128,
+    2400,
+    2048,
+    1.0,
+    0.05
+);
+case!(
+    d512_h8_tile8_topk128_many_rows_q_phases,
+    512,
+    8,
+    8,
+    128,
+    2400,
+    2048,
+    0.05,
+    0.0625
+);
+case!(
+    d576_h16_tile16_topk128_many_rows_q_phases,
+    576,
+    16,
+    16,
+    128,
+    1600,
+    2048,
+    0.05,
+    0.1352
+);

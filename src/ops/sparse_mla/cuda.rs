@@ -1,7 +1,7 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
 //! 16 or 32 heads (also 64 heads or more, in 32-head tiles, by default),
-//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (`HeadTiling::Tiles64`); both are compiled after
-//! `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
+//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (`HeadTiling::Tiles64`); both are compiled
+//! after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
 
@@ -38,8 +38,8 @@ pub struct SparseMlaParams {
 }
 
 /// The sparse MLA kernel for head tiles of `TILE` heads: `TILE = 64` is
-/// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>` (H_Q a multiple of 64),
-/// `TILE` = 8, 16 or 32 is `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`.
+/// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>` (`HeadTiling::Tiles64`, any
+/// H_Q), `TILE` = 8, 16 or 32 is `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`.
 pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(PhantomData<O>);
 
 /// Dynamic shared memory of one CTA of the 64-head kernel, `320·D_QK + 18304` bytes (the kernel

@@ -3,9 +3,11 @@
 //! `lse`.
 //!
 //! [`SparseMlaPrefill`] carries the static facts: `D_QK` (512 or 576), the padded query heads
-//! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k width, the options (plain, with per-row top-k lengths, with
-//! lengths and an attention sink) and the real head count `HEADS` the library pads to `H_Q`.
-//! [`HeadTiling`] says which CUDA kernel runs a head count of 64 or more.
+//! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k
+//! width, the options (plain, with per-row top-k lengths, with lengths and an attention sink)
+//! and the real head count `HEADS` the library pads to `H_Q`. [`HeadTiling`] says which CUDA
+//! kernel runs the heads: by default the narrow kernel (in 32-head tiles for 64 heads or more),
+//! or the 64-head kernel for any `H_Q`.
 
 mod cpu;
 mod cuda;
@@ -131,8 +133,8 @@ impl<const HEADS: usize> RowShape for OutRow<HEADS> {
 pub enum HeadTiling {
     /// The fastest kernel measured on the H200 for the head tile: 8, 16 or 32 heads run one
     /// narrow tile of that width (`kernels/sparse_mla_narrow.cu`); 64 heads or more run
-    /// `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.03-1.16× faster than 64-head tiles,
-    /// `bench/RESULTS.md`; a row's tiles run on neighbouring CTAs, so its gathered rows are L2
+    /// `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.16-1.19× faster than 64-head tiles at
+    /// d_qk 576, 1.04-1.08× at 512, `bench/RESULTS.md`; a row's tiles run on neighbouring CTAs, so its gathered rows are L2
     /// hits for the later tiles).
     #[default]
     Fastest,
@@ -431,20 +433,20 @@ pub(crate) mod launch {
 
     /// One checked call as plain slices; extents in the comments. Made only by `run`.
     pub struct SparseMlaCall<'a, B: Backend> {
-        pub(crate) tiling: HeadTiling,      // which CUDA kernel runs the heads
-        pub(crate) s_q: usize,              // query rows
-        pub(crate) s_kv: usize,             // latent KV rows
-        pub(crate) q: B::Slice<'a, F8E4M3>, // [s_q, HEADS, D_QK]
-        pub(crate) q_scale: B::Slice<'a, f32>, // [1]
-        pub(crate) indices: B::Slice<'a, i32>, // [s_q, TOPK]
+        pub(crate) s_q: usize,                             // query rows
+        pub(crate) s_kv: usize,                            // latent KV rows
+        pub(crate) q: B::Slice<'a, F8E4M3>,                // [s_q, HEADS, D_QK]
+        pub(crate) q_scale: B::Slice<'a, f32>,             // [1]
+        pub(crate) indices: B::Slice<'a, i32>,             // [s_q, TOPK]
         pub(crate) topk_length: Option<B::Slice<'a, i32>>, // [s_q] or none
-        pub(crate) sink: Option<B::Slice<'a, f32>>, // [HEADS] or none
-        pub(crate) sm_scale: f32,           // natural-log units
-        pub(crate) kv: B::Slice<'a, F8E4M3>, // [s_kv, D_QK]
-        pub(crate) kv_scale: B::Slice<'a, f32>, // [1]
-        pub(crate) out: B::SliceMut<'a, bf16>, // [s_q, HEADS, 512]
-        pub(crate) max_logits: B::SliceMut<'a, f32>, // [s_q, HEADS]
-        pub(crate) lse: B::SliceMut<'a, f32>, // [s_q, HEADS]
+        pub(crate) sink: Option<B::Slice<'a, f32>>,        // [HEADS] or none
+        pub(crate) sm_scale: f32,                          // natural-log units
+        pub(crate) kv: B::Slice<'a, F8E4M3>,               // [s_kv, D_QK]
+        pub(crate) kv_scale: B::Slice<'a, f32>,            // [1]
+        pub(crate) out: B::SliceMut<'a, bf16>,             // [s_q, HEADS, 512]
+        pub(crate) max_logits: B::SliceMut<'a, f32>,       // [s_q, HEADS]
+        pub(crate) lse: B::SliceMut<'a, f32>,              // [s_q, HEADS]
+        pub(crate) tiling: HeadTiling,                     // which CUDA kernel runs the heads
     }
 
     /// The per-backend entry of the prefill.
