@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints, every test that runs without a GPU (the
 # candle interop included), the candle example, the NVRTC compilation of every kernel
-# instantiation the crate uses (no GPU needed), and lints of the candle CUDA interop (built
-# with candle's CUDA backend, whose kernels nvcc compiles from the pinned CUDA 13.0 wheels).
+# instantiation the crate uses (no GPU needed), lints of the candle CUDA interop (built with
+# candle's CUDA backend, whose kernels nvcc compiles from the pinned CUDA 13.0 wheels), and an
+# nvcc build of the kernel harness (bench/harness) with the same wheels.
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
@@ -40,4 +41,13 @@ cargo run --quiet --example candle_layer --features candle
     source scripts/cuda-toolkit.sh
     CARGO_TARGET_DIR=target/cuda-bundle cargo clippy --workspace --all-targets \
         --features gpu-tests,candle-cuda -- -D warnings
+    # The kernel harness (bench/harness, run on the GPU machine) must keep compiling against the
+    # kernels it includes; built here with the same toolkit, not run.
+    mkdir -p target/harness
+    rm -f target/harness/harness
+    if ! NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" bench/harness/build.sh \
+        >target/harness/build.log 2>&1; then
+        grep -v C7517 target/harness/build.log
+        exit 1
+    fi
 )

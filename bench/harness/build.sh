@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the sparse MLA prefill harness (bench/harness/main.cu) for sm_90a:
+#
+#   bench/harness/build.sh [NARROW_CANDIDATE] [WIDE_CANDIDATE]
+#
+# NARROW_CANDIDATE: a copy of kernels/sparse_mla_narrow.cu to try (default: the committed file);
+# WIDE_CANDIDATE: a copy of kernels/sparse_mla_prefill.cu (default: the committed file). The
+# variants linked in: base (committed narrow kernel), cand (narrow candidate), grid7 (the narrow
+# candidate on a 7-CTA persistent grid), wide (committed 64-head kernel), widecand (64-head
+# candidate). Needs nvcc of CUDA 13 ($NVCC, else nvcc on PATH; $HARNESS_LDFLAGS for the link,
+# e.g. -L<toolkit>/lib where the CUDA runtime libraries are not beside nvcc); writes
+# $HARNESS_OUT (default target/harness/harness). The binary needs only the CUDA runtime it links: copy it to the GPU
+# machine and run e.g. `harness check cand`, `harness time`,
+# `compute-sanitizer --tool racecheck harness small cand`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+nvcc=${NVCC:-nvcc}
+out=${HARNESS_OUT:-target/harness/harness}
+narrow_cand=$(realpath "${1:-kernels/sparse_mla_narrow.cu}")
+wide_cand=$(realpath "${2:-kernels/sparse_mla_prefill.cu}")
+obj=$(dirname "$out")/obj
+mkdir -p "$obj"
+flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a)
+compile() {  # name file wide [grid]
+    local defs=(-DVARIANT_NAME="$1" "-DVARIANT_FILE=\"$2\"" -DVARIANT_WIDE="$3")
+    [ -n "${4:-}" ] && defs+=(-DVARIANT_GRID="$4")
+    "$nvcc" "${flags[@]}" "${defs[@]}" -c bench/harness/variant.cu -o "$obj/$1.o"
+}
+compile base "$root/kernels/sparse_mla_narrow.cu" 0 &
+compile cand "$narrow_cand" 0 &
+wait
+compile grid7 "$narrow_cand" 0 7 &
+compile wide "$root/kernels/sparse_mla_prefill.cu" 1 &
+wait
+compile widecand "$wide_cand" 1
+"$nvcc" "${flags[@]}" -c bench/harness/main.cu -o "$obj/main.o"
+# shellcheck disable=SC2086 # HARNESS_LDFLAGS is a list of flags
+"$nvcc" "${flags[@]}" -o "$out" "$obj"/{main,base,cand,grid7,wide,widecand}.o ${HARNESS_LDFLAGS:-}
+echo "harness: $out"
