@@ -27,12 +27,16 @@ compile() {  # name file wide [grid]
     [ -n "${4:-}" ] && defs+=(-DVARIANT_GRID="$4")
     "$nvcc" "${flags[@]}" "${defs[@]}" -c bench/harness/variant.cu -o "$obj/$1.o"
 }
+rm -f "$obj"/*.o "$out"  # never link a stale object
+# Two compiles at a time; `wait PID` returns each one's status, so a failed compile stops here.
 compile base "$root/kernels/sparse_mla_narrow.cu" 0 &
-compile cand "$narrow_cand" 0 &
-wait
+first=$!
+compile cand "$narrow_cand" 0
+wait "$first"
 compile grid7 "$narrow_cand" 0 7 &
-compile wide "$root/kernels/sparse_mla_prefill.cu" 1 &
-wait
+first=$!
+compile wide "$root/kernels/sparse_mla_prefill.cu" 1
+wait "$first"
 compile widecand "$wide_cand" 1
 "$nvcc" "${flags[@]}" -c bench/harness/main.cu -o "$obj/main.o"
 # shellcheck disable=SC2086 # HARNESS_LDFLAGS is a list of flags
