@@ -5,8 +5,8 @@
 //! 64-head kernel), top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
-//! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared.
-//! Tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
+//! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared,
+//! and every (row, head) output vector (relative L2 error at most 0.25). Elementwise tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
 //! inputs beyond the spec's N(0, 0.05²) by what the algorithm itself permits: out also by
 //! 2^-4 · max|v| (the e4m3 re-quantization of each softmax weight P, a relative error of at most
 //! 2^-4, bounds the output error by that fraction of the largest value), max_logits and lse also by
@@ -52,9 +52,42 @@ fn compare(what: &str, g: &MlaObserved, c: &MlaObserved, v_max: f32) {
     let go: Vec<f32> = g.out.iter().map(|v| v.to_f32()).collect();
     let co: Vec<f32> = c.out.iter().map(|v| v.to_f32()).collect();
     let o = check("out", &go, &co, 8e-2 + v_max / 16.0, 8e-2);
+    // The elementwise tolerance is loose where outputs are small (an all-zero output would pass
+    // it at std 0.05), so each (row, head) output vector must also be close: relative L2 error
+    // at most 0.25, exactly zero where the reference is. (The e4m3 re-quantization of P and the
+    // bf16 output give ~0.02-0.05 on the benchmark's inputs; weights in e4m3's subnormal range,
+    // 2^-9 … 2^-6, round more coarsely, hence the margin. A zero, misplaced or mis-scaled output
+    // vector is at 1 or more.)
+    let mut worst_rel = (0.0f64, 0usize);
+    for (v, (gv, cv)) in go.chunks_exact(512).zip(co.chunks_exact(512)).enumerate() {
+        let num: f64 = gv
+            .iter()
+            .zip(cv)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
+        let den: f64 = cv.iter().map(|&b| (b as f64).powi(2)).sum();
+        let rel = if den == 0.0 {
+            if num == 0.0 { 0.0 } else { f64::INFINITY }
+        } else {
+            (num / den).sqrt()
+        };
+        if rel > worst_rel.0 || rel.is_nan() {
+            worst_rel = (if rel.is_nan() { f64::INFINITY } else { rel }, v);
+        }
+    }
+    assert!(
+        worst_rel.0 <= 0.25,
+        "{what}: out vector {} (row {} of the flattened [s_q, heads]) relative L2 error {:.3}",
+        worst_rel.1,
+        worst_rel.1,
+        worst_rel.0
+    );
     let m = check("max_logits", &g.max_logits, &c.max_logits, 1e-2, 2e-3);
     let l = check("lse", &g.lse, &c.lse, 2e-3, 2e-3);
-    eprintln!("ok: {what}: worst fraction of tolerance out {o:.3} max_logits {m:.3} lse {l:.3}");
+    eprintln!(
+        "ok: {what}: worst fraction of tolerance out {o:.3} max_logits {m:.3} lse {l:.3}; worst relative L2 of an output vector {:.3}",
+        worst_rel.0
+    );
 }
 
 macro_rules! case {

@@ -13,12 +13,13 @@
 # machine and run e.g. `harness check cand`, `harness time`,
 # `compute-sanitizer --tool racecheck harness small cand`.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-root=$PWD
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# Paths given by the caller are resolved against the caller's directory (and must exist).
+narrow_cand=$(realpath -e "${1:-$root/kernels/sparse_mla_narrow.cu}")
+wide_cand=$(realpath -e "${2:-$root/kernels/sparse_mla_prefill.cu}")
+out=$(realpath -m "${HARNESS_OUT:-$root/target/harness/harness}")
 nvcc=${NVCC:-nvcc}
-out=${HARNESS_OUT:-target/harness/harness}
-narrow_cand=$(realpath "${1:-kernels/sparse_mla_narrow.cu}")
-wide_cand=$(realpath "${2:-kernels/sparse_mla_prefill.cu}")
+cd "$root"
 obj=$(dirname "$out")/obj
 mkdir -p "$obj"
 flags=(-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a)

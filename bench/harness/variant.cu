@@ -11,6 +11,8 @@
 //                                  persistent loop)
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "harness.h"
 
 #define HARNESS_CAT2(a, b) a##b
@@ -80,7 +82,13 @@ static int go_opts(const SparseMlaParams& p, int tile, int opts, cudaStream_t st
 }
 }  // namespace VARIANT_NAME
 
-// The variant's entry point (declared in harness.h through HARNESS_VARIANTS).
+// The host copy of the parameter block must match the kernels' field for field.
+static_assert(sizeof(HarnessParams) == sizeof(VARIANT_NAME::SparseMlaParams), "parameter block size");
+static_assert(offsetof(HarnessParams, sm_scale) == offsetof(VARIANT_NAME::SparseMlaParams, sm_scale) &&
+                  offsetof(HarnessParams, topk) == offsetof(VARIANT_NAME::SparseMlaParams, topk),
+              "parameter block layout");
+
+// The variant's entry point (declared in harness.h).
 int HARNESS_CAT(launch_, VARIANT_NAME)(const void* params, int d_qk, int tile, int opts,
                                        cudaStream_t stream) {
     const auto& p = *reinterpret_cast<const VARIANT_NAME::SparseMlaParams*>(params);
