@@ -1,7 +1,7 @@
 //! Benchmark of the FP8 sparse MLA prefill: TFLOP/s counted as `2·s_q·h·topk·(d_qk + 512)` over
 //! the real heads h (h = h_q but for the DeepSeek TP8 row) at s_q = 4096, h_q = 128, d_qk = 576,
 //! top-k 2048, s_kv ∈ {8192, 32768, 65536}; at h_q = 64, d_qk = 512, top-k 512; and DeepSeek
-//! V3.2 at TP8 (16 real heads padded to 64); each with the default head tiling (32-head narrow
+//! V3.2 at TP8 (16 real heads padded to 64); each with the default head tiling (narrow
 //! tiles) and with `HeadTiling::Tiles64` (the 64-head kernel) on the same shapes in the same
 //! run. The limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
 //! `fp8_matmul_rate.py` (PyTorch `_scaled_mm`) when Python with PyTorch is present.
@@ -198,7 +198,7 @@ fn bench<const D: usize, const HQ: usize, const HEADS: usize, const TOPK: usize>
     });
     let (max_abs, cos_dist) = accuracy_of(g, &kernel, &sets[0], &hosts[0]);
     // Counted over the real heads (the h_q of the published figures, where HEADS = HQ): with
-    // fewer real heads the default tiling computes only the 32-head tiles that hold them.
+    // fewer real heads the default tiling computes only the narrow tile(s) that hold them.
     let flops =
         SparseMlaPrefill::<D, HQ, TOPK, Plain, HEADS>::flops(S_Q) * HEADS as f64 / HQ as f64;
     let tflops = flops / (us * 1e-6) / 1e12;

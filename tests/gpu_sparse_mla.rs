@@ -1,8 +1,8 @@
 //! The sparse MLA prefill on the GPU against the CPU reference, every case on both kernels (the
 //! default `HeadTiling::Fastest` and the 64-head kernel, `HeadTiling::Tiles64`): D_QK 512 and
-//! 576, 16 (padded), 64, 80, 100 and 128 heads (32-head narrow tiles by default), and 5, 8, 12,
-//! 16, 20, 32 heads in narrow tiles of 8, 16 and 32 heads (one padded 64-head tile on the
-//! 64-head kernel), top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
+//! 576, 16 heads padded to 64 (a 16-head narrow tile by default), 64, 80, 100 and 128 heads
+//! (32-head narrow tiles by default), and 5, 8, 12, 16, 20, 32 heads in narrow tiles of 8, 16 and
+//! 32 heads (one padded 64-head tile on the 64-head kernel), top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
 //! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared,

@@ -152,12 +152,17 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        // H_Q is a head tile (`HeadTile`) that the real HEADS pad to. The narrow kernel runs 8,
-        // 16 or 32 as one tile of that width and 64 or more in 32-head tiles; the 64-head kernel
-        // runs 64-head tiles. Only tiles that hold a real head are launched.
+        // H_Q is a head tile (`HeadTile`) that the real HEADS pad to. By default the narrow kernel
+        // runs the real heads in the narrowest of its tiles that holds them (8, 16 or 32; for a
+        // padded H_Q too: 16 real heads of H_Q = 64 run exactly as in H_Q = 16), more than 32 in
+        // 32-head tiles; the 64-head kernel runs 64-head tiles. Only tiles that hold a real head
+        // are launched.
         let tile = match call.tiling {
-            HeadTiling::Fastest if H_Q < 64 => H_Q,
-            HeadTiling::Fastest => 32,
+            HeadTiling::Fastest => match HEADS {
+                0..=8 => 8,
+                9..=16 => 16,
+                _ => 32,
+            },
             HeadTiling::Tiles64 => 64,
         };
         let head_tiles = HEADS.div_ceil(tile);

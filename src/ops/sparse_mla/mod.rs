@@ -131,11 +131,12 @@ impl<const HEADS: usize> RowShape for OutRow<HEADS> {
 /// that wants one kernel's numbers everywhere can name it. The CPU reference ignores it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum HeadTiling {
-    /// The fastest kernel measured on the H200 for the head tile: 8, 16 or 32 heads run one
-    /// narrow tile of that width (`kernels/sparse_mla_narrow.cu`); 64 heads or more run
-    /// `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.16-1.19× faster than 64-head tiles at
-    /// d_qk 576, 1.04-1.08× at 512, `bench/RESULTS.md`; a row's tiles run on neighbouring CTAs, so its gathered rows are L2
-    /// hits for the later tiles).
+    /// The fastest kernel measured on the H200 for the real heads: up to 32 run one narrow tile
+    /// (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that holds them (also
+    /// when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a 16-head tile); more
+    /// run `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.16-1.19× faster than 64-head tiles
+    /// at d_qk 576, 1.04-1.08× at 512, `bench/RESULTS.md`; a row's tiles run on neighbouring
+    /// CTAs, so its gathered rows are L2 hits for the later tiles).
     #[default]
     Fastest,
     /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),
@@ -188,7 +189,7 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
     /// FLOPs of one call with `s_q` query rows, counted as `2·s_q·h_q·topk·(d_qk + 512)`
     /// over the `H_Q` padded heads, as published benchmarks count them. The CUDA kernels launch
     /// only the tiles that hold a real head, so where `HEADS < H_Q` they may do less
-    /// (`HEADS.div_ceil(32)` 32-head tiles for `H_Q` of 64 or more, [`HeadTiling`]).
+    /// (the narrowest tile that holds the real heads, [`HeadTiling`]).
     pub fn flops(s_q: usize) -> f64 {
         2.0 * s_q as f64 * H_Q as f64 * TOPK as f64 * (D_QK + D_V) as f64
     }
