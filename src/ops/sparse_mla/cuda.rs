@@ -138,6 +138,23 @@ impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
     }
 }
 
+/// The head tile width and the tiles per query row that run `heads` real heads under `tiling`.
+/// By default the narrow kernel runs them in the narrowest of its tiles that holds them (8, 16
+/// or 32, whatever `H_Q` pads them to: 16 real heads of `H_Q = 64` launch exactly as with `H_Q
+/// = 16`), more than 32 in 32-head tiles; the 64-head kernel runs 64-head tiles. Only tiles that
+/// hold a real head are launched.
+fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (usize, usize) {
+    let tile = match tiling {
+        HeadTiling::Fastest => match heads {
+            0..=8 => 8,
+            9..=16 => 16,
+            _ => 32,
+        },
+        HeadTiling::Tiles64 => 64,
+    };
+    (tile, heads.div_ceil(tile))
+}
+
 impl SparseMlaLaunch for Cuda {
     unsafe fn sparse_mla<
         const D_QK: usize,
@@ -152,20 +169,7 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        // H_Q is a head tile (`HeadTile`) that the real HEADS pad to. By default the narrow kernel
-        // runs the real heads in the narrowest of its tiles that holds them (8, 16 or 32; for a
-        // padded H_Q too: 16 real heads of H_Q = 64 run exactly as in H_Q = 16), more than 32 in
-        // 32-head tiles; the 64-head kernel runs 64-head tiles. Only tiles that hold a real head
-        // are launched.
-        let tile = match call.tiling {
-            HeadTiling::Fastest => match HEADS {
-                0..=8 => 8,
-                9..=16 => 16,
-                _ => 32,
-            },
-            HeadTiling::Tiles64 => 64,
-        };
-        let head_tiles = HEADS.div_ceil(tile);
+        let (tile, head_tiles) = head_tile_plan(call.tiling, HEADS);
         let SparseMlaCall {
             tiling: _,
             s_q,
@@ -245,6 +249,50 @@ impl Cuda {
         };
         // SAFETY: forwarded from the caller.
         unsafe { self.launch::<SparseMlaKernel<D_QK, O, TILE>>(shape, params) }
+    }
+}
+
+#[cfg(test)]
+mod tiling_tests {
+    use super::*;
+
+    #[test]
+    fn real_heads_run_in_the_narrowest_tiles_that_hold_them() {
+        use HeadTiling::{Fastest, Tiles64};
+        // (tiling, real heads) -> (tile width, tiles per row)
+        let cases = [
+            (Fastest, 1, (8, 1)),
+            (Fastest, 5, (8, 1)),
+            (Fastest, 8, (8, 1)),
+            (Fastest, 12, (16, 1)),
+            (Fastest, 16, (16, 1)),
+            (Fastest, 20, (32, 1)),
+            (Fastest, 32, (32, 1)),
+            (Fastest, 40, (32, 2)),
+            (Fastest, 64, (32, 2)),
+            (Fastest, 80, (32, 3)),
+            (Fastest, 100, (32, 4)),
+            (Fastest, 128, (32, 4)),
+            (Tiles64, 5, (64, 1)),
+            (Tiles64, 16, (64, 1)),
+            (Tiles64, 64, (64, 1)),
+            (Tiles64, 80, (64, 2)),
+            (Tiles64, 128, (64, 2)),
+        ];
+        for (tiling, heads, plan) in cases {
+            assert_eq!(
+                head_tile_plan(tiling, heads),
+                plan,
+                "{tiling:?}, {heads} heads"
+            );
+        }
+        // Every tile plan covers the heads, and its last tile holds at least one real head.
+        for heads in 1..=1024 {
+            for tiling in [Fastest, Tiles64] {
+                let (tile, tiles) = head_tile_plan(tiling, heads);
+                assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
+            }
+        }
     }
 }
 
