@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
-# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|all]
+# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|harness|all]
+# HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.gpu
@@ -22,6 +23,16 @@ log=$(mktemp)
     cargo build --release --features candle-cuda --example candle_layer --message-format=json
     cargo bench --features gpu-tests,candle-cuda --no-run --bench candle_launch --message-format=json
 ) 2>/dev/null >>"$log"
+# The sparse MLA kernel harness (bench/harness), from the committed kernels or from the
+# candidates named by HARNESS_NARROW / HARNESS_WIDE (paths to kernel-file copies).
+(
+    source scripts/cuda-toolkit.sh >/dev/null 2>&1
+    NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" \
+        bench/harness/build.sh "${HARNESS_NARROW:-kernels/sparse_mla_narrow.cu}" \
+        "${HARNESS_WIDE:-kernels/sparse_mla_prefill.cu}" >target/harness-build.log 2>&1
+) || { echo "harness build failed: see target/harness-build.log" >&2; exit 1; }
+cp target/harness/harness "$out/bin/harness"
+echo "bundled harness"
 python3 - "$log" "$out/bin" <<'PY'
 import json, shutil, sys
 log, dest = sys.argv[1], sys.argv[2]

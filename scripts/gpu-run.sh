@@ -5,7 +5,10 @@
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue in PyTorch beside the prologue benchmark's figures (needs torch)
 #   run.sh examples   the example model ports
-#   run.sh all        all of the above
+#   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
+#                     `run.sh harness time`, … (built into the bundle from the committed kernels,
+#                     or from candidates: HARNESS_NARROW / HARNESS_WIDE when bundling)
+#   run.sh all        all of the above but the harness
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -65,7 +68,8 @@ case "$mode" in
     sanitize) sanitize "$@" ;;
     bench) bench ;;
     examples) examples ;;
+    harness) "$here/bin/harness" "$@" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|bench|examples|all] [test args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|bench|examples|harness|all] [args]" >&2; exit 2 ;;
 esac
 exit $status
