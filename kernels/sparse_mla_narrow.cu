@@ -216,9 +216,8 @@ struct Smem {
     static constexpr int kBytes = kBars + (2 * kQBuffers + 2 * kStages) * 8;
     static_assert(kK % 128 == 0 && kStageBytes % 16 == 0, "K stages must stay 16-byte aligned");
     static_assert(kQBytes % 128 == 0, "Q tiles must stay 128-byte aligned");
-    static_assert(kBytes == kSmemBytesWith<D_QK, H, kQBuffers>, "layout and its formula");
-    static_assert(kBytes == kQBuffers * (H * D_QK + 16) + kStages * (32 * D_QK + 536) + 112 * H,
-                  "launch-shape formula in the header");
+    static_assert(kBytes == kSmemBytesWith<D_QK, H, kQBuffers>,
+                  "the layout and its formula (kSmemBytesWith, the header's launch shape)");
     static_assert(kSmemFits<D_QK, H, kQBuffers>,
                   "the CTAs of one SM must fit in its shared memory");
 };

@@ -21,7 +21,7 @@ fn scenario(seed_name: &str) -> MlaScenario {
 #[test]
 fn empty_rows_give_zero_minus_inf_plus_inf() {
     let sc = scenario("empty_rows");
-    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Plain);
+    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Plain, HeadTiling::Fastest);
     // Row 1 holds only -1: empty.
     for h in 0..HEADS {
         assert_eq!(seen.max_logits[HEADS + h], f32::NEG_INFINITY);
@@ -33,7 +33,7 @@ fn empty_rows_give_zero_minus_inf_plus_inf() {
             .all(|v| v.to_f32() == 0.0)
     );
     // A zero top-k length (row 3) is empty too.
-    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Length);
+    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Length, HeadTiling::Fastest);
     assert_eq!(seen.max_logits[3 * HEADS], f32::NEG_INFINITY);
 }
 
@@ -42,7 +42,7 @@ fn empty_rows_give_zero_minus_inf_plus_inf() {
 #[test]
 fn invalid_indices_are_masked_and_duplicates_count() {
     let sc = scenario("invalid_and_duplicates");
-    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Plain);
+    let seen = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Plain, HeadTiling::Fastest);
     let dec = |v: &F8E4M3| e4m3_to_f32(*v) as f64;
     let (i, h) = (0, 5);
     let q = &sc.q[(i * HEADS + h) * D..(i * HEADS + h + 1) * D];
@@ -86,8 +86,10 @@ fn invalid_indices_are_masked_and_duplicates_count() {
 #[test]
 fn sink_scales_the_output_only() {
     let sc = scenario("sink");
-    let with_length = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Length);
-    let with_sink = run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::LengthAndSink);
+    let with_length =
+        run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::Length, HeadTiling::Fastest);
+    let with_sink =
+        run::<Cpu, D, 64, TOPK, HEADS>(&Cpu, &sc, Variant::LengthAndSink, HeadTiling::Fastest);
     assert_eq!(with_length.lse, with_sink.lse);
     assert_eq!(with_length.max_logits, with_sink.max_logits);
     for i in 0..sc.s_q {

@@ -328,13 +328,16 @@ static void check_case(const Variant& var, int d, int heads, int topk, int s_q, 
     CK(cudaMemset(lse, 0xFF, (ns + kGuard) * 4));
     const HarnessParams p{q, kv, idx, opts ? len : nullptr, opts == 2 ? sink : nullptr, qs, kvs, out,
                           ml, lse, sm, s_q, s_kv, heads, (heads + tile - 1) / tile, topk};
-    if (var.fn(&p, d, tile, opts, 0) != 0) {
-        printf("FAIL %s has no tile %d (d%d heads%d)\n", var.name, tile, d, heads);
-        g_fail++;
+    auto free_all = [&] {
         for (void* b : {(void*)q, (void*)kv, (void*)idx, (void*)len, (void*)sink, (void*)qs,
                         (void*)kvs, (void*)out, (void*)ml, (void*)lse, (void*)ro, (void*)rml,
                         (void*)rlse})
             cudaFree(b);
+    };
+    if (var.fn(&p, d, tile, opts, 0) != 0) {
+        printf("FAIL %s has no tile %d (d%d heads%d)\n", var.name, tile, d, heads);
+        g_fail++;
+        free_all();
         return;
     }
     CK(cudaGetLastError());
@@ -401,9 +404,7 @@ static void check_case(const Variant& var, int d, int heads, int topk, int s_q, 
         printf("  worst out[%zu] %g ref %g; ml[%zu] %g ref %g; lse[%zu] %g ref %g", ao, g_outf[ao],
                r_out[ao], am, g_ml[am], r_ml[am], al, g_lse[al], r_lse[al]);
     printf("\n");
-    for (void* b : {(void*)q, (void*)kv, (void*)idx, (void*)len, (void*)sink, (void*)qs, (void*)kvs,
-                    (void*)out, (void*)ml, (void*)lse, (void*)ro, (void*)rml, (void*)rlse})
-        cudaFree(b);
+    free_all();
 }
 
 static void check_all(const Variant& v) {

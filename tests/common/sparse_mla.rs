@@ -108,32 +108,9 @@ pub enum Variant {
     LengthAndSink,
 }
 
-/// Runs `sc` through `SparseMlaPrefill<D_QK, H_Q, TOPK, _, HEADS>` on backend `b` with the
-/// default head tiling, outputs poisoned (NaN) before the call.
-#[allow(dead_code)] // not every test binary that includes `common` uses both entries
+/// Runs `sc` through `SparseMlaPrefill<D_QK, H_Q, TOPK, _, HEADS>` with head tiling `tiling`
+/// (which only the CUDA backend reads) on backend `b`, outputs poisoned (NaN) before the call.
 pub fn run<
-    B: RunSparseMla,
-    const D_QK: usize,
-    const H_Q: usize,
-    const TOPK: usize,
-    const HEADS: usize,
->(
-    b: &B,
-    sc: &MlaScenario,
-    variant: Variant,
-) -> MlaObserved
-where
-    Dim<D_QK>: MlaHeadDim,
-    Dim<H_Q>: shapeproof::rules::HeadTile,
-    Dim<TOPK>: shapeproof::rules::TopkWidth,
-    Dim<HEADS>: shapeproof::rules::PadsTo<H_Q>,
-{
-    run_tiled::<B, D_QK, H_Q, TOPK, HEADS>(b, sc, variant, HeadTiling::Fastest)
-}
-
-/// As [`run`], with the kernel's head tiling `tiling`.
-#[allow(dead_code)]
-pub fn run_tiled<
     B: RunSparseMla,
     const D_QK: usize,
     const H_Q: usize,

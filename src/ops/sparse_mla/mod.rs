@@ -6,8 +6,8 @@
 //! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k
 //! width, the options (plain, with per-row top-k lengths, with lengths and an attention sink)
 //! and the real head count `HEADS` the library pads to `H_Q`. [`HeadTiling`] says which CUDA
-//! kernel runs the heads: by default the narrow kernel (in 32-head tiles for 64 heads or more),
-//! or the 64-head kernel for any `H_Q`.
+//! kernel runs the heads: by default the narrow kernel (the narrowest of its tiles that holds
+//! the real heads, 32-head tiles above 32), or the 64-head kernel for any `H_Q`.
 
 mod cpu;
 mod cuda;
