@@ -20,10 +20,10 @@
 //           heads), except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
 //   dynamic shared memory = q_buffers * (HEAD_TILE * D_QK + 16) + stages * (32 * D_QK + 536)
 //           + 112 * HEAD_TILE bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK
-//           576), 4 (8 heads, D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads, D_QK 576), 5 (32
-//           heads, D_QK 512); q_buffers (Q tiles) = 2 for 8 heads and for 16 heads at D_QK 576,
-//           else 1: D_QK 576: 104984 (8 heads), 115096 (16), 97904 (32);
-//           D_QK 512: 76800 (8), 111520 (16), 104584 (32).
+//           576), 4 (8 heads, D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads); q_buffers (Q
+//           tiles) = 2 for 8 heads, for 16 heads at D_QK 576 and 32 heads at 512, else 1:
+//           D_QK 576: 104984 (8 heads), 115096 (16), 97904 (32);
+//           D_QK 512: 76800 (8), 111520 (16), 104064 (32).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -159,7 +159,7 @@ constexpr bool kRegisterPoolFits =
     kLaunchRegsFor<D_QK, H> * 256;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
 template <int D_QK, int H>
-constexpr int kStagesFor = H == 32 ? (D_QK == 576 ? 4 : 5)
+constexpr int kStagesFor = H == 32 ? 4
                            : H == 16 ? (D_QK == 576 ? 5 : 6)
                                      : (D_QK == 576 ? 5 : 4);
 // Threads per CTA (every head tile): warps 0-3 = the consumer warpgroup, warps 4-7 the gather
@@ -188,9 +188,10 @@ template <int D_QK, int H, int QB>
 constexpr bool kSmemFits =
     kCtasPerSmFor<D_QK, H> * (kSmemBytesWith<D_QK, H, QB> + 1024) <= 233472 &&
     kSmemBytesWith<D_QK, H, QB> <= 232448;
-// Q tiles per CTA: two where they fit beside the ring (8 and 16 heads at d_qk 576, 8 heads at
-// 512), so gather warp 0 loads the next row's Q while the consumers still read the current one
-// (with one, it waited for the row's last S^T before it issued the next row's Q and its first
+// Q tiles per CTA: two where they fit beside the ring (8 and 16 heads at d_qk 576, 8 and 32
+// heads at 512, where 32 heads give up a fifth ring stage for it, which measured faster), so
+// gather warp 0 loads the next row's Q while the consumers still read the current one (with
+// one, it waited for the row's last S^T before it issued the next row's Q and its first
 // stages); else one.
 template <int D_QK, int H>
 constexpr int kQBuffersFor = kSmemFits<D_QK, H, 2> ? 2 : 1;

@@ -359,7 +359,8 @@ case!(
     0.0625
 );
 // Enough rows that every CTA of the persistent grid runs six or more, so each of the narrow
-// kernel's two Q buffers (8 heads, 16 heads at d_qk 576) goes through several barrier phases.
+// kernel's two Q buffers (8 heads, 16 heads at d_qk 576, 32 heads at 512) goes through several
+// barrier phases.
 case!(
     d576_h8_tile8_topk128_many_rows_q_phases,
     576,
@@ -380,6 +381,17 @@ case!(
     2400,
     2048,
     0.05,
+    0.0625
+);
+case!(
+    d512_h32_tile32_topk128_many_rows_q_phases,
+    512,
+    32,
+    32,
+    128,
+    1600,
+    2048,
+    1.0,
     0.0625
 );
 case!(

@@ -58,8 +58,7 @@ pub const SPARSE_MLA_NARROW_GATHER_WARPS: usize = 4;
 /// shared memory of an SM holds for its CTAs (`sparse_mla_narrow::kStagesFor`).
 pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
     match (tile, d_qk) {
-        (32, 576) => 4,
-        (32, _) => 5,
+        (32, _) => 4,
         (_, 576) => 5,
         // Three CTAs per SM (`sparse_mla_narrow::kCtasPerSmFor`) leave room for four stages.
         (8, _) => 4,
@@ -84,7 +83,7 @@ pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_
 /// beside the ring (the next row's Q loads while the current one is read), else one.
 pub const fn sparse_mla_narrow_q_buffers(d_qk: usize, tile: usize) -> usize {
     match (tile, d_qk) {
-        (8, _) | (16, 576) => 2,
+        (8, _) | (16, 576) | (32, 512) => 2,
         _ => 1,
     }
 }
