@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
-# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|harness|all]
+# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|harness|gather-rates|all]
 # HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,8 @@ log=$(mktemp)
         "${HARNESS_WIDE:-kernels/sparse_mla_prefill.cu}" >target/harness-build.log 2>&1
 ) || { echo "harness build failed: see target/harness-build.log" >&2; exit 1; }
 cp target/harness/harness "$out/bin/harness"
-echo "bundled harness"
+cp target/harness/gather_rates "$out/bin/gather_rates"
+echo "bundled harness, gather_rates"
 python3 - "$log" "$out/bin" <<'PY'
 import json, shutil, sys
 log, dest = sys.argv[1], sys.argv[2]

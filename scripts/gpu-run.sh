@@ -8,7 +8,8 @@
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
 #                     or from candidates: HARNESS_NARROW / HARNESS_WIDE when bundling)
-#   run.sh all        all of the above but the harness
+#   run.sh gather-rates  the row gather alone, by copy path (bench/harness/gather_rates.cu)
+#   run.sh all        all of the above but the harness and the gather rates
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +70,8 @@ case "$mode" in
     bench) bench ;;
     examples) examples ;;
     harness) "$here/bin/harness" "$@" || status=1 ;;
+    gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|bench|examples|harness|all] [args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|bench|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
 esac
 exit $status

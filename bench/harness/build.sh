@@ -9,9 +9,10 @@
 # candidate on a 7-CTA persistent grid), wide (committed 64-head kernel), widecand (64-head
 # candidate). Needs nvcc of CUDA 13 ($NVCC, else nvcc on PATH; $HARNESS_LDFLAGS for the link,
 # e.g. -L<toolkit>/lib where the CUDA runtime libraries are not beside nvcc); writes
-# $HARNESS_OUT (default target/harness/harness). The binary needs only the CUDA runtime it links: copy it to the GPU
-# machine and run e.g. `harness check cand`, `harness time`,
-# `compute-sanitizer --tool racecheck harness small cand`.
+# $HARNESS_OUT (default target/harness/harness), and beside it gather_rates (the row gather
+# alone, by copy path: bench/harness/gather_rates.cu). The binaries need only the CUDA runtime
+# they link: copy them to the GPU machine and run e.g. `harness check cand`, `harness time`,
+# `compute-sanitizer --tool racecheck harness small cand`, `gather_rates`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # Paths given by the caller are resolved against the caller's directory (and must exist).
@@ -28,7 +29,7 @@ compile() {  # name file wide [grid]
     [ -n "${4:-}" ] && defs+=(-DVARIANT_GRID="$4")
     "$nvcc" "${flags[@]}" "${defs[@]}" -c bench/harness/variant.cu -o "$obj/$1.o"
 }
-rm -f "$obj"/*.o "$out"  # never link a stale object
+rm -f "$obj"/*.o "$out" "$(dirname "$out")/gather_rates"  # never link a stale object
 # Two compiles at a time; `wait PID` returns each one's status, so a failed compile stops here.
 compile base "$root/kernels/sparse_mla_narrow.cu" 0 &
 first=$!
@@ -42,4 +43,6 @@ compile widecand "$wide_cand" 1
 "$nvcc" "${flags[@]}" -c bench/harness/main.cu -o "$obj/main.o"
 # shellcheck disable=SC2086 # HARNESS_LDFLAGS is a list of flags
 "$nvcc" "${flags[@]}" -o "$out" "$obj"/{main,base,cand,grid7,wide,widecand}.o ${HARNESS_LDFLAGS:-}
+# shellcheck disable=SC2086
+"$nvcc" "${flags[@]}" -o "$(dirname "$out")/gather_rates" bench/harness/gather_rates.cu ${HARNESS_LDFLAGS:-}
 echo "harness: $out"
