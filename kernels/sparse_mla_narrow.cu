@@ -1,8 +1,8 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for narrow head tiles (8, 16 or 32
-// heads per CTA), sm_90a (wgmma). Same function as sparse_mla_prefill.cu (spec KERNELS.md §3.3,
-// same parameter block, same numerics); this variant serves a tensor-parallel rank that holds
-// fewer than 64 query heads without padding them to a 64-head tile, and by default also runs 64
-// heads or more, as 32-head tiles.
+// heads per CTA, and 64 as two 32-head warpgroups), sm_90a (wgmma). Same function as
+// sparse_mla_prefill.cu (spec KERNELS.md §3.3, same parameter block, same numerics); this variant
+// serves a tensor-parallel rank that holds fewer than 64 query heads without padding them to a
+// 64-head tile, and by default also runs more than 32 heads, in 64-head tiles.
 // Prepended by the library: common.cuh.
 //
 // ================================================================================================
@@ -11,19 +11,22 @@
 //
 //   grid  = min(head_tiles * s_q, SMs * CTAs per SM) CTAs, 1-D (persistent; any grid size is
 //           correct); head_tiles = ceil(h_q / HEAD_TILE) (1 for 8, 16 and 32 heads, ceil(h_q /
-//           32) for 64 heads or more in 32-head tiles). Work item w = (heads HEAD_TILE*(w %
+//           64) for more heads in 64-head tiles). Work item w = (heads HEAD_TILE*(w %
 //           head_tiles) … +HEAD_TILE-1 of query row w / head_tiles); CTA b takes items b,
 //           b + gridDim.x, ...
 //   block = 256 threads: warps 0-3 = the consumer warpgroup, warps 4-7 = the gather warpgroup.
 //           Two CTAs per SM (128 registers a thread at launch; setmaxnreg then moves registers
 //           from the gather warpgroup, 40 a thread, to the consumers, 216; 32 and 224 for 32
 //           heads), except 8 heads at D_QK 512: three CTAs per SM (80 at launch; 40 and 120).
+//           64 heads: 384 threads, warps 0-7 = two consumer warpgroups (heads 0-31 and 32-63),
+//           warps 8-11 the gather warpgroup; one CTA per SM (168 at launch; 40 and 232).
 //   dynamic shared memory = q_buffers * (HEAD_TILE * D_QK + 16) + stages * (32 * D_QK + 536)
 //           + 112 * HEAD_TILE bytes; stages (of the K ring, 32 rows each) = 5 (8, 16 heads, D_QK
-//           576), 4 (8 heads, D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads); q_buffers (Q
-//           tiles) = 2 for 8 heads, for 16 heads at D_QK 576 and 32 heads at 512, else 1:
-//           D_QK 576: 104984 (8 heads), 115096 (16), 97904 (32);
-//           D_QK 512: 76800 (8), 111520 (16), 104064 (32).
+//           576), 4 (8 heads, D_QK 512), 6 (16 heads, D_QK 512), 4 (32 heads), 9 (64 heads, D_QK
+//           576), 11 (64 heads, D_QK 512); q_buffers (Q tiles) = 2 for 8 heads, for 16 heads at
+//           D_QK 576 and 32 heads at 512, else 1:
+//           D_QK 576: 104984 (8 heads), 115096 (16), 97904 (32), 214760 (64);
+//           D_QK 512: 76800 (8), 111520 (16), 104064 (32), 226072 (64).
 //           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
 //
 // ================================================================================================
@@ -50,9 +53,10 @@
 // lane l issues one bulk copy (cp.async.bulk, completing as transaction bytes on the stage's
 // mbarrier) of D_QK bytes for row l if it is valid; invalid rows are zero-filled by the warp (no
 // global read; their scores are masked and their zeros add nothing to P.V). (16-byte cp.async
-// gathers ran at a third of the rate of plain loads; the bulk copy engine's rate grows with the
-// number of issuing warps: a whole gather warpgroup, with all P.V tiles in flight, ran 11%
-// faster at 8 heads than two gather warps.) Half-block stages let the
+// gathers, as fast as bulk copies or faster when nothing else runs, were 30-45% slower here:
+// they share the shared-memory pipe with the consumer's ldmatrix; the bulk copy engine's rate
+// grows with the number of issuing warps: a whole gather warpgroup, with all P.V tiles in
+// flight, ran 11% faster at 8 heads than two gather warps.) Half-block stages let the
 // ring hold more of the next blocks than whole-block slots in the same shared memory (with two
 // 64-row slots per CTA, the consumers waited for their next block a quarter of the time).
 // The consumer warpgroup runs, per block: S^T (in chunks of 3 k-steps promoted to f32, as the
@@ -61,8 +65,11 @@
 // rescale of O^T), p = 2^(s - m_ref), P^T to shared memory and the P.V product (all eight M
 // tiles in flight for 8 and 16 heads, their V^T fragments in the registers the gather warpgroup
 // gave up; for 32 heads three, the first of them loaded before the softmax); it releases both
-// stages as soon as its last ldmatrix has read them. Two (or three) CTAs share an SM, so one CTA's softmax overlaps
-// the other's tensor-core work.
+// stages as soon as its last ldmatrix has read them. Two (or three) CTAs share an SM, so one
+// CTA's softmax overlaps the other's tensor-core work. The 64-head tile is one CTA whose two
+// consumer warpgroups each run 32 of its heads exactly so (HEAD_TILE below then means the
+// 32 heads of one warpgroup wherever S^T, P^T or O^T are described), reading the same ring:
+// a stage is released once both have read it.
 //
 // Register layout of an m64nN f32 accumulator (wgmma): thread (warp w, g = lane/4, t0 = lane%4),
 // element i: row 16w + g + 8*((i>>1)&1), column 8*(i>>2) + 2*t0 + (i&1).
@@ -135,40 +142,62 @@ constexpr int kStageTokens = 32;
 // left the SM idle. (8 heads at d_qk 576 in three CTAs would have room for three 32-row stages
 // or seven 16-row ones a CTA: both measured slower than two CTAs.)
 template <int D_QK, int H>
-constexpr int kCtasPerSmFor = H == 8 && D_QK == 512 ? 3 : 2;
+constexpr int kCtasPerSmFor = H == 64 ? 1 : (H == 8 && D_QK == 512 ? 3 : 2);
+// 64 heads: one CTA per SM with two consumer warpgroups, warpgroup w running heads 32w …
+// 32w + 31 as a 32-head tile of its own (its S^T, softmax, P^T and O^T over all 512 value
+// columns; nothing crosses the warpgroups but the K ring and the Q tile, which both read). So a
+// row is gathered once per 64 heads instead of once per 32. Against two 32-head CTAs per SM:
+// equal at d_qk 576 up to s_kv 32768, 1.5% faster at s_kv 65536 and 1% at d_qk 512 (the
+// harness, bench/NOTES.md). (Splitting P.V by value columns instead, so that each warpgroup's
+// O^T covered all 64 heads with half the P.V instructions, measured no faster: the two
+// warpgroups then wait for each other's P^T every block.)
+template <int H>
+constexpr int kConsumerWgsFor = H == 64 ? 2 : 1;
+// Heads of one consumer warpgroup: the N of its S^T and O^T, the columns of its softmax.
+template <int H>
+constexpr int kSHeadsFor = H == 64 ? 32 : H;
 constexpr int kGatherWarps = 4;  // a whole warpgroup: setmaxnreg works on warpgroups
-// Registers per thread at launch, under the launch bounds (256 threads a CTA; unit of 8):
-// 128 at two CTAs per SM, 80 at three.
+// Threads per CTA: the consumer warpgroup(s), then the gather warpgroup (gather warp w fills
+// stages w, w + 4, ...).
+template <int H>
+constexpr int kThreadsFor = kConsumerThreads * kConsumerWgsFor<H> + 32 * kGatherWarps;
+// Registers per thread at launch, under the launch bounds (unit of 8): 128 at two CTAs of 256
+// threads per SM, 80 at three, 168 for the one 384-thread CTA of 64 heads.
 template <int D_QK, int H>
-constexpr int kLaunchRegsFor = 65536 / (256 * kCtasPerSmFor<D_QK, H>) / 8 * 8;
+constexpr int kLaunchRegsFor = 65536 / (kThreadsFor<H> * kCtasPerSmFor<D_QK, H>) / 8 * 8;
 // Registers per thread after the warp-specialised re-allocation: the gather warpgroup gives
 // registers to the consumer warpgroup. The gather warps' row loop runs in 32 without spills
 // (24 spill), but measured 2-9% slower at 8 and 16 heads than with 40; at 32 heads the 8 more
 // consumer registers (224) cut its spill from ~130 to ~30 bytes a thread, 1% faster at d_qk 576
-// and 4% at 512. The consumer at three CTAs per SM fits 120 with four P.V tiles in flight.
+// and 4% at 512. The consumer at three CTAs per SM fits 120 with four P.V tiles in flight; the
+// 64-head tile's consumers get the rest of their pool, 232 (no spill).
 template <int D_QK, int H>
 constexpr int kGatherRegsFor = H == 32 ? 32 : 40;
 template <int D_QK, int H>
 constexpr int kConsumerRegsFor =
-    kCtasPerSmFor<D_QK, H> == 3 ? 120 : 256 - kGatherRegsFor<D_QK, H>;
+    H == 64 ? (kLaunchRegsFor<D_QK, H> * kThreadsFor<H> -
+               32 * kGatherWarps * kGatherRegsFor<D_QK, H>) /
+                  (kConsumerThreads * kConsumerWgsFor<H>)
+    : kCtasPerSmFor<D_QK, H> == 3 ? 120
+                                  : 256 - kGatherRegsFor<D_QK, H>;
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
 // counts must add up to that pool.
 template <int D_QK, int H>
 constexpr bool kRegisterPoolFits =
-    (kConsumerRegsFor<D_QK, H> + kGatherRegsFor<D_QK, H>) * 128 ==
-    kLaunchRegsFor<D_QK, H> * 256;
-// Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below).
+    (kConsumerRegsFor<D_QK, H> * kConsumerWgsFor<H> + kGatherRegsFor<D_QK, H>) * 128 ==
+    kLaunchRegsFor<D_QK, H> * kThreadsFor<H>;
+// Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below);
+// for 64 heads, with one Q tile, nine at d_qk 576 and eleven at 512 (not tuned further).
 template <int D_QK, int H>
-constexpr int kStagesFor = H == 32 ? 4
+constexpr int kStagesFor = H == 64 ? (D_QK == 576 ? 9 : 11) : H == 32 ? 4
                            : H == 16 ? (D_QK == 576 ? 5 : 6)
                                      : (D_QK == 576 ? 5 : 4);
-// Threads per CTA (every head tile): warps 0-3 = the consumer warpgroup, warps 4-7 the gather
-// warps (gather warp w fills stages w, w + 4, ...).
-constexpr int kThreads = kConsumerThreads + 32 * kGatherWarps;
 // S^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
 // accumulator before the partial sum is added to the f32 register sum (same as the wide kernel).
 constexpr int kQkChunkSteps = 3;
-constexpr int kBarConsumers = 1;       // named barrier: the 128 consumer threads
+// Named barrier of the 128 threads of a consumer warpgroup: kBarConsumers + its index (64 heads:
+// ids 1 and 2).
+constexpr int kBarConsumers = 1;
 // The softmax's reference max (see "Numerics" above): a block whose scores exceed it by at most
 // the headroom keeps it; the headroom is at most kMaxHeadroom (weights <= 2^8, inside e4m3) and
 // at most log2 of 1/16 of a lower bound of the denominator, so such a weight is never more than
@@ -209,6 +238,7 @@ struct Smem {
     static constexpr int kQBytes = H * D_QK;                 // one Q tile
     static constexpr int kQ = 0;                             // Q tiles [kQBuffers][H heads][D_QK]
     static constexpr int kK = kQ + kQBuffers * kQBytes;      // K ring  [kStages][32 rows][pitch]
+    // (64 heads: P^T, max and sums hold one [32-head] part per consumer warpgroup, in order.)
     static constexpr int kPt = kK + kStages * kStageBytes;   // P^T     [H heads][64 positions]
     static constexpr int kMax = kPt + kPtBytes;              // f32     [2 parity][4 warps][H]
     static constexpr int kSum = kMax + 2 * 4 * H * 4;        // f32     [4 warps][H]
@@ -403,7 +433,7 @@ struct Gather {
 // ------------------------------------------------------------------------------------------------
 
 template <int D_QK, int HEAD_TILE, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
-__global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
+__global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                                   sparse_mla_narrow::kCtasPerSmFor<D_QK, HEAD_TILE>)
     sparse_mla_narrow_kernel(const SparseMlaParams p) {
     using namespace sparse_mla_narrow;
@@ -412,7 +442,11 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     constexpr int kStages = L::kStages;
     constexpr int kBarKEmpty = kBarKEmptyFor<D_QK, H>;
     static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
-    static_assert(H == 8 || H == 16 || H == 32, "HEAD_TILE must be 8, 16 or 32");
+    static_assert(H == 8 || H == 16 || H == 32 || H == 64, "HEAD_TILE must be 8, 16, 32 or 64");
+    constexpr int kWgs = kConsumerWgsFor<H>;
+    constexpr int kAllConsumers = kConsumerThreads * kWgs;
+    constexpr int kGatherWarp0 = 4 * kWgs;  // first gather warp
+    constexpr int HS = kSHeadsFor<H>;        // heads of one warpgroup's S^T
     static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
     static_assert(kRegisterPoolFits<D_QK, H>, "register pool of one CTA");
 
@@ -449,18 +483,18 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     if (threadIdx.x == 0) {
         for (int qb = 0; qb < L::kQBuffers; ++qb) {
             mbar_init(bars + (kBarQFull + qb) * 8, 32);
-            mbar_init(bars + (kBarQEmptyFor<D_QK, H> + qb) * 8, kConsumerThreads);
+            mbar_init(bars + (kBarQEmptyFor<D_QK, H> + qb) * 8, kAllConsumers);
         }
         for (int s = 0; s < kStages; ++s) {
             mbar_init(bars + (kBarKFullFor<D_QK, H> + s) * 8, 32);
-            mbar_init(bars + (kBarKEmpty + s) * 8, kConsumerThreads);
+            mbar_init(bars + (kBarKEmpty + s) * 8, kAllConsumers);
         }
         // The bulk copy engine (async proxy) completes transactions on these barriers.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (warp >= 4) {
+    if (warp >= kGatherWarp0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegsFor<D_QK, H>));
         // ---------------------------------------------------------------- gather warp
         Gather<D_QK, H> gather;
@@ -480,7 +514,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             // Q tile, so it waited for the buffer's previous phase itself and the barrier is at
             // most one phase behind). Heads >= h_q are zero-filled (no global read); their
             // outputs are not written.
-            if (warp == 4) {
+            if (warp == kGatherWarp0) {
                 const int qb = q_uses % L::kQBuffers;
                 if (q_uses >= L::kQBuffers) {
                     mbar_wait(bars + (kBarQEmptyFor<D_QK, H> + qb) * 8,
@@ -502,7 +536,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             ++q_uses;
             gather.idx_row = p.indices + (i64)r.row_i * p.topk;
             gather.valid_len = r.valid_len;
-            gather.run(warp - 4, j_base, 2 * r.num_blocks);
+            gather.run(warp - kGatherWarp0, j_base, 2 * r.num_blocks);
             j_base += 2 * r.num_blocks;
         }
         // Warp 4's Q cp.async (and its mbarrier arrival) completes before the warp exits.
@@ -512,15 +546,20 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
 
     // -------------------------------------------------------------------- consumer warpgroup
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegsFor<D_QK, H>));
-    constexpr int kAcc = H / 2;              // f32 registers of one m64nH accumulator
-    constexpr int kColGroups = H / 8;        // 8-column groups of an accumulator
+    // 64 heads: warpgroup wg runs heads 32wg … 32wg + 31 as a 32-head tile of its own, both
+    // reading the one K ring (compile-time 0 for the narrow tiles).
+    const int wg = kWgs > 1 ? warp >> 2 : 0;
+    const int wwarp = kWgs > 1 ? warp & 3 : warp;  // warp inside the warpgroup
+    constexpr int kAcc = HS / 2;             // f32 registers of one m64nHS accumulator
+    constexpr int kColGroups = HS / 8;       // 8-column groups of an accumulator
+    const int bar_wg = kBarConsumers + wg;   // named barrier of this warpgroup's 128 threads
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
     // S^T chunk accumulators in flight at once: as many as the 216 (224) registers a consumer
     // thread gets allow (O^T holds 8 * kAcc of them: 32 for 8 heads, 64 for 16, 128 for 32).
     // (8 heads at three CTAs per SM: 120 registers hold two.)
     constexpr int kQkBuffers =
-        H == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (H == 16 ? 3 : 1);
+        HS == 8 ? (kCtasPerSmFor<D_QK, H> == 3 ? 2 : kQkChunks) : (HS == 16 ? 3 : 1);
     // A-fragment (K row) buffers of the S^T chunks: one more than the chunk accumulators, so a
     // chunk's ldmatrix runs while the chunk before it is still in the tensor cores (2-3% faster
     // at 16 and 32 heads than loading after the wait). At 32 heads ptxas then spills about 30
@@ -528,16 +567,17 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     // choice, no spare buffer and two P.V tiles, measured 3% slower at d_qk 576).
     constexpr int kKaBuffers = kQkBuffers + 1 < kQkChunks ? kQkBuffers + 1 : kQkChunks;
     // P.V M tiles in flight (each holds its V^T A fragments, 8 registers, until it completes).
-    constexpr int kPvBuffers = H == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
+    constexpr int kPvBuffers = HS == 32 ? 3 : (kCtasPerSmFor<D_QK, H> == 3 ? 4 : 8);
     // 32 heads: the first P.V tiles' V^T fragments load before the softmax (3% faster measured
     // at two CTAs per SM); 8 and 16 heads gain nothing from it.
-    constexpr bool kPrefetchV = H == 32;
+    constexpr bool kPrefetchV = HS == 32;
 
     const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
     const int t0 = lane & 3;    // accumulator column pair
 
-    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);  // [2][4 warps][H]
-    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);  // [4 warps][H]
+    // Per warpgroup: max [2 parity][4 warps][HS], sums [4 warps][HS].
+    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax) + wg * 2 * 4 * HS;
+    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum) + wg * 4 * HS;
     const u32* mask32 = reinterpret_cast<const u32*>(smem + L::kMask);
 
     const float q_scale = __ldg(p.q_scale);
@@ -545,24 +585,26 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
     // Descriptor of Q buffer 0; buffer qb starts qb * kQBytes later (the start-address field
     // counts 16-byte units).
-    const u64 q_desc0 = make_smem_desc(sq, 128, L::kRowGroupBytes);
+    const u64 q_desc0 =
+        make_smem_desc(sq + (u32)(wg * (HS / 8) * L::kRowGroupBytes), 128, L::kRowGroupBytes);
     u64 q_desc = q_desc0;  // the current row's Q buffer
-    const u64 pt_desc = make_smem_desc(spt, 128, 512);
+    const u32 spt_wg = spt + (u32)(wg * HS * kTokensPerBlock);  // this warpgroup's P^T
+    const u64 pt_desc = make_smem_desc(spt_wg, 128, 512);
     // ldmatrix row addresses of this lane in a stage (row-major, pitch kRowStride).
     // S^T A fragment of a k-step (32 channels): matrix lane/8 = block rows 16*warp +
     // 8*((lane/8)&1) + lane%8, bytes 16*(lane/16) … +15, i.e. registers a0..a3 of the wgmma A
     // fragment; block rows 0-31 are the block's first stage (warps 0, 1), 32-63 its second.
     const u32 k_lane_off =
-        (u32)(16 * (warp & 1) + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::kRowStride +
+        (u32)(16 * (wwarp & 1) + 8 * ((lane >> 3) & 1) + (lane & 7)) * L::kRowStride +
         (u32)(lane >> 4) * 16;
     // V^T (ldmatrix.trans) of a 32-token k-step: matrix lane/8 covers tokens 8*(lane/8) … +7,
     // so lane l addresses token l; this warp's 16-byte value-column chunk of M tile mt is
     // 4*mt + warp.
-    const u32 v_lane_off = (u32)lane * L::kRowStride + (u32)warp * 16;
+    const u32 v_lane_off = (u32)lane * L::kRowStride + (u32)wwarp * 16;
     // P^T byte of this thread's S^T row r = 16*warp + g + 8*hr, head column c:
     //   (c/8)*512 + warp*128 + (c%8)*16 + 4*(g/2) + 2*(g%2) + hr,
     // so the thread's two rows of a head are one two-byte store.
-    const u32 pt_lane = spt + (u32)warp * 128 + (u32)(4 * (g >> 1) + 2 * (g & 1));
+    const u32 pt_lane = spt_wg + (u32)wwarp * 128 + (u32)(4 * (g >> 1) + 2 * (g & 1));
 
     float o[kValueTiles][kAcc];  // O^T: [M tile][accumulator]; row = value column, column = head
     // Statistics of this thread's columns: heads 8*j + 2*t0 + v, stored at [2*j + v].
@@ -596,7 +638,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         const int j0 = j_base + 2 * b, j1 = j0 + 1;
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
-        const u32 k_rows = stage_addr(warp < 2 ? j0 : j1) + k_lane_off;  // this warp's rows
+        const u32 k_rows = stage_addr(wwarp < 2 ? j0 : j1) + k_lane_off;  // this warp's rows
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
 #pragma unroll
@@ -629,7 +671,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             for (int j = 0; j < kQkChunkSteps; ++j) {
                 const int ks = c * kQkChunkSteps + j;
                 if (ks < kQkSteps) {
-                    wgmma_rs<H>(acc, fa[j], q_desc + (u64)(ks * 16), j > 0 ? 1u : 0u);
+                    wgmma_rs<HS>(acc, fa[j], q_desc + (u64)(ks * 16), j > 0 ? 1u : 0u);
                 }
             }
             wgmma_commit();
@@ -659,7 +701,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                 float mx = -pos_inf();
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
-                    const int r = 16 * warp + g + 8 * hr;
+                    const int r = 16 * wwarp + g + 8 * hr;
                     float x = s[4 * j + 2 * hr + v] * score_scale;
                     x = ((mask >> r) & 1ull) ? x : -pos_inf();
                     s[4 * j + 2 * hr + v] = x;
@@ -669,7 +711,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                 grow |= mx > m_ref[c] + headroom;  // any valid score while m_ref is -inf
             }
         }
-        const bool exchange = named_barrier_any(kBarConsumers, kConsumerThreads, grow);
+        const bool exchange = named_barrier_any(bar_wg, kConsumerThreads, grow);
         float m_sub[2 * kColGroups];
         bool rescale = false;
         if (exchange) {
@@ -684,22 +726,22 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
                 cmax[c] = mx;
             }
-            float* max_b = max_xchg + (b & 1) * 4 * H;
+            float* max_b = max_xchg + (b & 1) * 4 * HS;
             if (g == 0) {
 #pragma unroll
                 for (int j = 0; j < kColGroups; ++j) {
-                    *reinterpret_cast<float2*>(max_b + warp * H + 8 * j + 2 * t0) =
+                    *reinterpret_cast<float2*>(max_b + wwarp * HS + 8 * j + 2 * t0) =
                         make_float2(cmax[2 * j], cmax[2 * j + 1]);
                 }
             }
-            named_barrier_sync(kBarConsumers, kConsumerThreads);
+            named_barrier_sync(bar_wg, kConsumerThreads);
 #pragma unroll
             for (int j = 0; j < kColGroups; ++j) {
                 float2 bm = *reinterpret_cast<const float2*>(max_b + 8 * j + 2 * t0);
 #pragma unroll
                 for (int w = 1; w < 4; ++w) {
                     const float2 x =
-                        *reinterpret_cast<const float2*>(max_b + w * H + 8 * j + 2 * t0);
+                        *reinterpret_cast<const float2*>(max_b + w * HS + 8 * j + 2 * t0);
                     bm.x = fmaxf(bm.x, x.x);
                     bm.y = fmaxf(bm.y, x.y);
                 }
@@ -746,7 +788,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             headroom = fminf(fmaxf(__log2f(w) - kLog2ShareLimit, 0.f), kMaxHeadroom);
         }
         fence_proxy_async();  // P^T is read by wgmma (async proxy)
-        named_barrier_sync(kBarConsumers, kConsumerThreads);
+        named_barrier_sync(bar_wg, kConsumerThreads);
         return __any_sync(0xffffffffu, rescale);
     };
     // O^T columns are this thread's heads: element i <-> statistic [2*(i/4) + i%2].
@@ -798,7 +840,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             fence_regs(o[mt]);
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < 2; ++ks) wgmma_rs<H>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
+            for (int ks = 0; ks < 2; ++ks) wgmma_rs<HS>(o[mt], fr[ks], pt_desc + (u64)(ks * 16));
             wgmma_commit();
         }
         mbar_arrive(bars + (kBarKEmpty + (j_base + 2 * b) % kStages) * 8);
@@ -881,13 +923,13 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         if (g == 0) {
 #pragma unroll
             for (int j = 0; j < kColGroups; ++j) {
-                *reinterpret_cast<float2*>(sum_xchg + warp * H + 8 * j + 2 * t0) =
+                *reinterpret_cast<float2*>(sum_xchg + wwarp * HS + 8 * j + 2 * t0) =
                     make_float2(l_run[2 * j], l_run[2 * j + 1]);
-                *reinterpret_cast<float2*>(max_xchg + warp * H + 8 * j + 2 * t0) =
+                *reinterpret_cast<float2*>(max_xchg + wwarp * HS + 8 * j + 2 * t0) =
                     make_float2(t_max[2 * j], t_max[2 * j + 1]);
             }
         }
-        named_barrier_sync(kBarConsumers, kConsumerThreads);  // the sums and maxima are written
+        named_barrier_sync(bar_wg, kConsumerThreads);  // the sums and maxima are written
         float out_scale[2 * kColGroups];
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
@@ -895,10 +937,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             for (int v = 0; v < 2; ++v) {
                 const int c = 2 * j + v;
                 const int col = 8 * j + 2 * t0 + v;
-                const int head = tile * H + col;
+                const int head = tile * H + HS * wg + col;
                 float l_total = 0.f;
 #pragma unroll
-                for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * H + col];
+                for (int w = 0; w < 4; ++w) l_total += sum_xchg[w * HS + col];
                 // m_ref is -inf exactly while no valid token has been seen (the first valid
                 // score always forces an exchange).
                 const bool empty = m_ref[c] == -pos_inf();
@@ -907,10 +949,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
                     denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[c]));
                 }
                 out_scale[c] = empty ? 0.f : kv_scale / denom;
-                if (warp == 0 && g == 0 && head < p.h_q) {
+                if (wwarp == 0 && g == 0 && head < p.h_q) {
                     float m_true = max_xchg[col];
 #pragma unroll
-                    for (int w = 1; w < 4; ++w) m_true = fmaxf(m_true, max_xchg[w * H + col]);
+                    for (int w = 1; w < 4; ++w) m_true = fmaxf(m_true, max_xchg[w * HS + col]);
                     const i64 out_row = (i64)row_i * p.h_q + head;
                     p.max_logits[out_row] = empty ? -pos_inf() : m_true * kLn2;
                     p.lse[out_row] = empty ? pos_inf() : (m_ref[c] + log2f(l_total)) * kLn2;
@@ -918,12 +960,12 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
             }
         }
         // Thread owns value columns d = 64*mt + 16*warp + 2g (+1) of heads 8j + 2*t0 + v.
-        const int d0 = 16 * warp + 2 * g;
+        const int d0 = 16 * wwarp + 2 * g;
 #pragma unroll
         for (int j = 0; j < kColGroups; ++j) {
 #pragma unroll
             for (int v = 0; v < 2; ++v) {
-                const int head = tile * H + 8 * j + 2 * t0 + v;
+                const int head = tile * H + HS * wg + 8 * j + 2 * t0 + v;
                 if (head >= p.h_q) continue;
                 const float sc = out_scale[2 * j + v];
                 bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
@@ -936,7 +978,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreads,
         }
 
         // Every thread has read the column sums before the next row's epilogue rewrites them.
-        named_barrier_sync(kBarConsumers, kConsumerThreads);
+        named_barrier_sync(bar_wg, kConsumerThreads);
         if (num_blocks > 0) {
             ++q_uses;
             j_base += 2 * num_blocks;

@@ -1,7 +1,7 @@
 //! The sparse MLA prefill on the GPU against the CPU reference, every case on both kernels (the
 //! default `HeadTiling::Fastest` and the 64-head kernel, `HeadTiling::Tiles64`): D_QK 512 and
 //! 576, 16 heads padded to 64 (a 16-head narrow tile by default), 64, 80, 100 and 128 heads
-//! (32-head narrow tiles by default), and 5, 8, 12, 16, 20, 32 heads in narrow tiles of 8, 16 and
+//! (the narrow kernel's 64-head tiles by default), and 5, 8, 12, 16, 20, 32 heads in narrow tiles of 8, 16 and
 //! 32 heads (one padded 64-head tile on the 64-head kernel), top-k 128, 512 and 2048, s_kv from 1k to 64k, invalid,
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
@@ -334,8 +334,9 @@ case!(
     1.0,
     0.05
 );
-// Several 32-head tiles per row (the default tiling of 64 heads or more) with more work items
-// (rows × tiles) than the persistent grid holds; 100 heads leave a last tile of 4 real heads.
+// Several narrow 64-head tiles per row (the default tiling above 32 heads) with more work items
+// (rows × tiles) than the persistent grid holds; 100 heads leave a last tile of 36 real heads
+// (its second warpgroup runs 4 of them).
 case!(
     d576_h128_topk128_many_rows,
     576,

@@ -6,7 +6,9 @@
 use shapeproof::backend::cuda::{Arch, CudaKernel, compile_kernel};
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
-use shapeproof::ops::sparse_mla::{Plain, SparseMlaKernel, WithLength, WithLengthAndSink};
+use shapeproof::ops::sparse_mla::{
+    Plain, SparseMlaKernel, SparseMlaNarrow64Kernel, WithLength, WithLengthAndSink,
+};
 
 fn compiles<K: CudaKernel>() {
     let name = K::instantiation();
@@ -93,4 +95,15 @@ fn sparse_mla_narrow() {
     sparse_mla_narrow_tile::<8>();
     sparse_mla_narrow_tile::<16>();
     sparse_mla_narrow_tile::<32>();
+}
+
+/// The narrow kernel's 64-head tile (two 32-head consumer warpgroups): every option, both dims.
+#[test]
+fn sparse_mla_narrow_64() {
+    compiles::<SparseMlaNarrow64Kernel<512, Plain>>();
+    compiles::<SparseMlaNarrow64Kernel<576, Plain>>();
+    compiles::<SparseMlaNarrow64Kernel<512, WithLength>>();
+    compiles::<SparseMlaNarrow64Kernel<576, WithLength>>();
+    compiles::<SparseMlaNarrow64Kernel<512, WithLengthAndSink>>();
+    compiles::<SparseMlaNarrow64Kernel<576, WithLengthAndSink>>();
 }

@@ -58,7 +58,7 @@ static int go(const SparseMlaParams& p, cudaStream_t st) {
 #else
     const int grid = sms * sparse_mla_narrow::kCtasPerSmFor<D, H>;
 #endif
-    k<<<items < grid ? items : grid, sparse_mla_narrow::kThreads, Sm::kBytes, st>>>(p);
+    k<<<items < grid ? items : grid, sparse_mla_narrow::kThreadsFor<H>, Sm::kBytes, st>>>(p);
     return 0;
 }
 template <int D, bool L, bool S>
@@ -67,6 +67,7 @@ static int go_tile(const SparseMlaParams& p, int tile, cudaStream_t st) {
         case 8: return go<D, 8, L, S>(p, st);
         case 16: return go<D, 16, L, S>(p, st);
         case 32: return go<D, 32, L, S>(p, st);
+        case 64: return go<D, 64, L, S>(p, st);
         default: return -1;
     }
 }

@@ -1,5 +1,5 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
-//! 16 or 32 heads (also 64 heads or more, in 32-head tiles, by default),
+//! 16 or 32 heads (and, by default, more heads in its 64-head tiles of two 32-head warpgroups),
 //! `kernels/sparse_mla_prefill.cu` for 64-head tiles (`HeadTiling::Tiles64`); both are compiled
 //! after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
@@ -42,6 +42,11 @@ pub struct SparseMlaParams {
 /// H_Q), `TILE` = 8, 16 or 32 is `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`.
 pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(PhantomData<O>);
 
+/// The narrow kernel's 64-head tile, `sparse_mla_narrow_kernel<D_QK, 64, HAVE_TOPK_LENGTH,
+/// HAVE_SINK>`: one CTA per SM whose two consumer warpgroups each run 32 of the heads as a
+/// 32-head tile, both reading one gathered K ring (the default for more than 32 heads).
+pub struct SparseMlaNarrow64Kernel<const D_QK: usize, O>(PhantomData<O>);
+
 /// Dynamic shared memory of one CTA of the 64-head kernel, `320·D_QK + 18304` bytes (the kernel
 /// asserts the same formula against its layout: Q tile, four K slots, two P^T buffers, barriers
 /// and statistics).
@@ -58,6 +63,8 @@ pub const SPARSE_MLA_NARROW_GATHER_WARPS: usize = 4;
 /// shared memory of an SM holds for its CTAs (`sparse_mla_narrow::kStagesFor`).
 pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
     match (tile, d_qk) {
+        (64, 576) => 9,
+        (64, _) => 11,
         (32, _) => 4,
         (_, 576) => 5,
         // Three CTAs per SM (`sparse_mla_narrow::kCtasPerSmFor`) leave room for four stages.
@@ -70,14 +77,18 @@ pub const fn sparse_mla_narrow_stages(d_qk: usize, tile: usize) -> usize {
 /// the persistent grid is this many per SM.
 pub const fn sparse_mla_narrow_ctas_per_sm(d_qk: usize, tile: usize) -> u32 {
     match (tile, d_qk) {
+        (64, _) => 1,
         (8, 512) => 3,
         _ => 2,
     }
 }
 
-/// Threads per CTA of the narrow kernel: one consumer warpgroup and the gather warpgroup
-/// (`sparse_mla_narrow::kThreads`), 256 for every head tile.
-pub const SPARSE_MLA_NARROW_THREADS: u32 = (128 + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32;
+/// Threads per CTA of the narrow kernel (`sparse_mla_narrow::kThreadsFor`): one consumer
+/// warpgroup (two for the 64-head tile) and the gather warpgroup.
+pub const fn sparse_mla_narrow_threads(tile: usize) -> u32 {
+    let consumer_warpgroups = if tile == 64 { 2 } else { 1 };
+    (128 * consumer_warpgroups + 32 * SPARSE_MLA_NARROW_GATHER_WARPS) as u32
+}
 
 /// Q tiles per CTA of the narrow kernel (`sparse_mla_narrow::kQBuffersFor`): two where they fit
 /// beside the ring (the next row's Q loads while the current one is read), else one.
@@ -137,21 +148,43 @@ impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
     }
 }
 
-/// The head tile width and the tiles per query row that run `heads` real heads under `tiling`.
-/// By default the narrow kernel runs them in the narrowest of its tiles that holds them (8, 16
-/// or 32, whatever `H_Q` pads them to: 16 real heads of `H_Q = 64` launch exactly as with `H_Q
-/// = 16`), more than 32 in 32-head tiles; the 64-head kernel runs 64-head tiles. Only tiles that
-/// hold a real head are launched.
-fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (usize, usize) {
-    let tile = match tiling {
+impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaNarrow64Kernel<D_QK, O> {
+    const SOURCE: &'static str = <SparseMlaKernel<D_QK, O, 8> as CudaKernel>::SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_narrow_smem_bytes(D_QK, 64);
+    type Params = SparseMlaParams;
+    fn instantiation() -> String {
+        format!(
+            "sparse_mla_narrow_kernel<{D_QK}, 64, {}, {}>",
+            O::HAVE_LENGTH,
+            O::HAVE_SINK
+        )
+    }
+}
+
+/// Which kernel runs a head tile: the narrow kernel (tiles of 8, 16, 32 or 64 heads) or the
+/// 64-head kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileKernel {
+    Narrow,
+    Wide,
+}
+
+/// The kernel, the head tile width and the tiles per query row that run `heads` real heads
+/// under `tiling`. By default the narrow kernel runs them in the narrowest of its tiles that
+/// holds them (8, 16 or 32, whatever `H_Q` pads them to: 16 real heads of `H_Q = 64` launch
+/// exactly as with `H_Q = 16`), more than 32 in its 64-head tiles; `Tiles64` runs the 64-head
+/// kernel's tiles. Only tiles that hold a real head are launched.
+fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (TileKernel, usize, usize) {
+    let (kernel, tile) = match tiling {
         HeadTiling::Fastest => match heads {
-            0..=8 => 8,
-            9..=16 => 16,
-            _ => 32,
+            0..=8 => (TileKernel::Narrow, 8),
+            9..=16 => (TileKernel::Narrow, 16),
+            17..=32 => (TileKernel::Narrow, 32),
+            _ => (TileKernel::Narrow, 64),
         },
-        HeadTiling::Tiles64 => 64,
+        HeadTiling::Tiles64 => (TileKernel::Wide, 64),
     };
-    (tile, heads.div_ceil(tile))
+    (kernel, tile, heads.div_ceil(tile))
 }
 
 impl SparseMlaLaunch for Cuda {
@@ -168,7 +201,7 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        let (tile, head_tiles) = head_tile_plan(call.tiling, HEADS);
+        let (kernel, tile, head_tiles) = head_tile_plan(call.tiling, HEADS);
         let SparseMlaCall {
             tiling: _,
             s_q,
@@ -207,11 +240,20 @@ impl SparseMlaLaunch for Cuda {
         let rows = (head_tiles * s_q) as u32; // work items: (query row, head tile)
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
-        let launched = match tile {
-            8 => unsafe { self.launch_narrow::<D_QK, O, 8>(rows, &params) },
-            16 => unsafe { self.launch_narrow::<D_QK, O, 16>(rows, &params) },
-            32 => unsafe { self.launch_narrow::<D_QK, O, 32>(rows, &params) },
-            _ => {
+        let launched = match (kernel, tile) {
+            (TileKernel::Narrow, 8) => unsafe {
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(8, rows, &params)
+            },
+            (TileKernel::Narrow, 16) => unsafe {
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(16, rows, &params)
+            },
+            (TileKernel::Narrow, 32) => unsafe {
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(32, rows, &params)
+            },
+            (TileKernel::Narrow, _) => unsafe {
+                self.launch_narrow::<D_QK, SparseMlaNarrow64Kernel<D_QK, O>>(64, rows, &params)
+            },
+            (TileKernel::Wide, _) => {
                 let shape = LaunchShape {
                     grid: (rows, 1, 1),
                     block: (THREADS, 1, 1),
@@ -226,7 +268,7 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of the narrow kernel for `D_QK` and head tile `TILE` over `items` work items
+    /// One launch of the narrow kernel `K` for `D_QK` and head tile `tile` over `items` work items
     /// (query rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
     /// No CTA waits for another, so when other work shares the SMs the CTAs that do not fit
@@ -235,19 +277,20 @@ impl Cuda {
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for the
     /// kernel.
-    unsafe fn launch_narrow<const D_QK: usize, O: Options, const TILE: usize>(
+    unsafe fn launch_narrow<const D_QK: usize, K: CudaKernel<Params = SparseMlaParams>>(
         &self,
+        tile: usize,
         items: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
-        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, TILE);
+        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, tile);
         let shape = LaunchShape {
             grid: (items.min(resident), 1, 1),
-            block: (SPARSE_MLA_NARROW_THREADS, 1, 1),
-            smem_bytes: SparseMlaKernel::<D_QK, O, TILE>::DYNAMIC_SMEM_BYTES,
+            block: (sparse_mla_narrow_threads(tile), 1, 1),
+            smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch::<SparseMlaKernel<D_QK, O, TILE>>(shape, params) }
+        unsafe { self.launch::<K>(shape, params) }
     }
 }
 
@@ -258,25 +301,27 @@ mod tiling_tests {
     #[test]
     fn real_heads_run_in_the_narrowest_tiles_that_hold_them() {
         use HeadTiling::{Fastest, Tiles64};
-        // (tiling, real heads) -> (tile width, tiles per row)
+        use TileKernel::{Narrow, Wide};
+        // (tiling, real heads) -> (kernel, tile width, tiles per row)
         let cases = [
-            (Fastest, 1, (8, 1)),
-            (Fastest, 5, (8, 1)),
-            (Fastest, 8, (8, 1)),
-            (Fastest, 12, (16, 1)),
-            (Fastest, 16, (16, 1)),
-            (Fastest, 20, (32, 1)),
-            (Fastest, 32, (32, 1)),
-            (Fastest, 40, (32, 2)),
-            (Fastest, 64, (32, 2)),
-            (Fastest, 80, (32, 3)),
-            (Fastest, 100, (32, 4)),
-            (Fastest, 128, (32, 4)),
-            (Tiles64, 5, (64, 1)),
-            (Tiles64, 16, (64, 1)),
-            (Tiles64, 64, (64, 1)),
-            (Tiles64, 80, (64, 2)),
-            (Tiles64, 128, (64, 2)),
+            (Fastest, 1, (Narrow, 8, 1)),
+            (Fastest, 5, (Narrow, 8, 1)),
+            (Fastest, 8, (Narrow, 8, 1)),
+            (Fastest, 12, (Narrow, 16, 1)),
+            (Fastest, 16, (Narrow, 16, 1)),
+            (Fastest, 20, (Narrow, 32, 1)),
+            (Fastest, 32, (Narrow, 32, 1)),
+            (Fastest, 33, (Narrow, 64, 1)),
+            (Fastest, 40, (Narrow, 64, 1)),
+            (Fastest, 64, (Narrow, 64, 1)),
+            (Fastest, 80, (Narrow, 64, 2)),
+            (Fastest, 100, (Narrow, 64, 2)),
+            (Fastest, 128, (Narrow, 64, 2)),
+            (Tiles64, 5, (Wide, 64, 1)),
+            (Tiles64, 16, (Wide, 64, 1)),
+            (Tiles64, 64, (Wide, 64, 1)),
+            (Tiles64, 80, (Wide, 64, 2)),
+            (Tiles64, 128, (Wide, 64, 2)),
         ];
         for (tiling, heads, plan) in cases {
             assert_eq!(
@@ -288,7 +333,7 @@ mod tiling_tests {
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
             for tiling in [Fastest, Tiles64] {
-                let (tile, tiles) = head_tile_plan(tiling, heads);
+                let (_, tile, tiles) = head_tile_plan(tiling, heads);
                 assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
             }
         }
@@ -316,7 +361,7 @@ mod mirror_tests {
     fn narrow_kernel_launch_shape() {
         let mut probe = String::new();
         for d in [512usize, 576] {
-            for tile in [8usize, 16, 32] {
+            for tile in [8usize, 16, 32, 64] {
                 let checks = [
                     (
                         "Smem",
@@ -338,7 +383,11 @@ mod mirror_tests {
                         format!("kCtasPerSmFor<{d}, {tile}>"),
                         sparse_mla_narrow_ctas_per_sm(d, tile),
                     ),
-                    ("threads", "kThreads".to_string(), SPARSE_MLA_NARROW_THREADS),
+                    (
+                        "threads",
+                        format!("kThreadsFor<{tile}>"),
+                        sparse_mla_narrow_threads(tile),
+                    ),
                 ];
                 for (what, expr, rust) in checks {
                     probe += &format!(

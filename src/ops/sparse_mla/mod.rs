@@ -7,12 +7,12 @@
 //! width, the options (plain, with per-row top-k lengths, with lengths and an attention sink)
 //! and the real head count `HEADS` the library pads to `H_Q`. [`HeadTiling`] says which CUDA
 //! kernel runs the heads: by default the narrow kernel (the narrowest of its tiles that holds
-//! the real heads, 32-head tiles above 32), or the 64-head kernel for any `H_Q`.
+//! the real heads, its 64-head tiles above 32), or the 64-head kernel for any `H_Q`.
 
 mod cpu;
 mod cuda;
 
-pub use cuda::SparseMlaKernel;
+pub use cuda::{SparseMlaKernel, SparseMlaNarrow64Kernel};
 
 use std::marker::PhantomData;
 
@@ -134,9 +134,10 @@ pub enum HeadTiling {
     /// The fastest kernel measured on the H200 for the real heads: up to 32 run one narrow tile
     /// (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that holds them (also
     /// when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a 16-head tile); more
-    /// run `HEADS.div_ceil(32)` narrow tiles of 32 heads (1.16-1.19× faster than 64-head tiles
-    /// at d_qk 576, 1.04-1.08× at 512, `bench/RESULTS.md`; a row's tiles run on neighbouring
-    /// CTAs, so its gathered rows are L2 hits for the later tiles).
+    /// run `HEADS.div_ceil(64)` of the narrow kernel's 64-head tiles, each one CTA whose two
+    /// warpgroups run 32 heads apiece over one gathered K ring (1.18-1.20× faster than the
+    /// 64-head kernel at d_qk 576, 1.10× at 512, `bench/RESULTS.md`; a row's tiles run on
+    /// neighbouring CTAs, so its gathered rows are L2 hits for the later tiles).
     #[default]
     Fastest,
     /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),
