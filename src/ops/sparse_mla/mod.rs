@@ -135,8 +135,8 @@ pub enum HeadTiling {
     /// (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that holds them (also
     /// when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a 16-head tile); more
     /// run `HEADS.div_ceil(64)` of the narrow kernel's 64-head tiles, each one CTA whose two
-    /// warpgroups run 32 heads apiece over one gathered K ring (1.18-1.20× faster than the
-    /// 64-head kernel at d_qk 576, 1.10× at 512, `bench/RESULTS.md`; a row's tiles run on
+    /// warpgroups run 32 heads apiece over one gathered K ring (1.18-1.21× faster than the
+    /// 64-head kernel at d_qk 576, 1.11-1.12× at 512, `bench/RESULTS.md`; a row's tiles run on
     /// neighbouring CTAs, so its gathered rows are L2 hits for the later tiles).
     #[default]
     Fastest,
