@@ -85,8 +85,8 @@ fn main() {
         )
         .unwrap();
     }
-    // Head tiles: the narrow kernel's 8, 16 and 32, and the multiples of 64 (run in 32-head
-    // narrow tiles or 64-head tiles, `HeadTiling`).
+    // Head tiles: the narrow kernel's 8, 16 and 32, and the multiples of 64 (run in the narrow
+    // kernel's 64-head tiles or the 64-head kernel's, `HeadTiling`).
     // A real count pads to a tile that holds it with no smaller tile beside it: a narrow tile
     // takes the counts above the next smaller narrow tile (12 -> 16, 20 -> 32), the 64-head tile
     // every count up to 64 (the padded wide path stays available), 64k the counts above 64(k-1).

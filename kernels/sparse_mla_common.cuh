@@ -1,7 +1,8 @@
 // Definitions shared by the two sparse MLA prefill kernels (sparse_mla_prefill.cu, 64-head tiles,
-// and sparse_mla_narrow.cu, 8/16/32-head tiles): their parameter block and the sm_90a PTX
-// helpers they use (shared-memory addresses, mbarriers, cp.async and bulk copies, named barriers,
-// ldmatrix, wgmma fences and descriptors; the benchmark's bulk-copy gather limit uses them too).
+// and sparse_mla_narrow.cu, 8/16/32-head tiles and its own 64-head tile): their parameter block
+// and the sm_90a PTX helpers they use (shared-memory addresses, mbarriers, cp.async and bulk
+// copies, named barriers, ldmatrix, wgmma fences and descriptors; the benchmark's bulk-copy
+// gather limit uses them too).
 // Compiled after common.cuh and before either kernel file.
 
 // Parameters of one launch of either sparse MLA kernel (64-head and narrow tiles). Mirrored field

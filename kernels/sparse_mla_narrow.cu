@@ -98,11 +98,12 @@
 //
 // Synchronisation: mbarriers q_full[q_buffers] (32 cp.async-tracked arrivals of gather warp 0,
 // one phase per row with blocks that uses the buffer; row u with blocks uses Q buffer
-// u % q_buffers), q_empty[q_buffers] (128 consumer arrivals after the row's last S^T: a later
-// row's Q may come into the buffer), k_full[stages] (32 arrivals of the stage's gather warp,
-// after its zero rows and validity mask are stored, plus the transaction bytes of its bulk
-// copies) and k_empty[stages] (128 consumer arrivals after the last ldmatrix that read the
-// stage); named barrier 1 (the 128 consumer threads) for the headroom vote (bar.red.or), the
+// u % q_buffers), q_empty[q_buffers] (128 consumer arrivals after the row's last S^T, 256 for
+// 64 heads: a later row's Q may come into the buffer), k_full[stages] (32 arrivals of the
+// stage's gather warp, after its zero rows and validity mask are stored, plus the transaction
+// bytes of its bulk copies) and k_empty[stages] (128 consumer arrivals, 256 for 64 heads, after
+// the last ldmatrix that read the stage); named barrier 1 (the 128 consumer threads; 1 + the
+// warpgroup for 64 heads) for the headroom vote (bar.red.or), the
 // column-max exchange, the P^T hand-off and the column sums. The Q tiles and P^T, which wgmma
 // reads, are fenced with fence.proxy.async;
 // the K ring is read by ldmatrix only.
@@ -539,7 +540,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             gather.run(warp - kGatherWarp0, j_base, 2 * r.num_blocks);
             j_base += 2 * r.num_blocks;
         }
-        // Warp 4's Q cp.async (and its mbarrier arrival) completes before the warp exits.
+        // Gather warp 0's Q cp.async (and its mbarrier arrival) completes before it exits.
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }

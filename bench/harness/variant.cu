@@ -4,7 +4,7 @@
 //   -DVARIANT_NAME=<identifier>    the variant's name (namespace and entry point suffix)
 //   -DVARIANT_FILE='"<path>"'      the kernel source: a copy of kernels/sparse_mla_narrow.cu or
 //                                  kernels/sparse_mla_prefill.cu
-//   -DVARIANT_WIDE=0 | 1           0: a narrow kernel (8, 16 or 32 heads per tile, persistent
+//   -DVARIANT_WIDE=0 | 1           0: a narrow kernel (8, 16, 32 or 64 heads per tile, persistent
 //                                  grid); 1: a 64-head kernel (one CTA per row and head tile)
 //   -DVARIANT_GRID=<n>             optional (narrow only): a persistent grid of n CTAs instead
 //                                  of one per resident slot (many rows per CTA: checks the
