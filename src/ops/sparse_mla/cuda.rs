@@ -109,21 +109,27 @@ pub const fn sparse_mla_narrow_smem_bytes(d_qk: usize, tile: usize) -> u32 {
     (q_buffers * (tile * d_qk + 16) + stages * (32 * d_qk + 536) + 112 * tile) as u32
 }
 
+/// Source of the 64-head kernel, after the shared header.
+const WIDE_SOURCE: &str = concat!(
+    include_str!("../../../kernels/sparse_mla_common.cuh"),
+    "\n",
+    include_str!("../../../kernels/sparse_mla_prefill.cu")
+);
+
+/// Source of the narrow kernel (every tile of it), after the shared header.
+const NARROW_SOURCE: &str = concat!(
+    include_str!("../../../kernels/sparse_mla_common.cuh"),
+    "\n",
+    include_str!("../../../kernels/sparse_mla_narrow.cu")
+);
+
 impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
     for SparseMlaKernel<D_QK, O, TILE>
 {
     const SOURCE: &'static str = if TILE == 64 {
-        concat!(
-            include_str!("../../../kernels/sparse_mla_common.cuh"),
-            "\n",
-            include_str!("../../../kernels/sparse_mla_prefill.cu")
-        )
+        WIDE_SOURCE
     } else {
-        concat!(
-            include_str!("../../../kernels/sparse_mla_common.cuh"),
-            "\n",
-            include_str!("../../../kernels/sparse_mla_narrow.cu")
-        )
+        NARROW_SOURCE
     };
     const DYNAMIC_SMEM_BYTES: u32 = if TILE == 64 {
         sparse_mla_smem_bytes(D_QK)
@@ -149,7 +155,7 @@ impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
 }
 
 impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaNarrow64Kernel<D_QK, O> {
-    const SOURCE: &'static str = <SparseMlaKernel<D_QK, O, 8> as CudaKernel>::SOURCE;
+    const SOURCE: &'static str = NARROW_SOURCE;
     const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_narrow_smem_bytes(D_QK, 64);
     type Params = SparseMlaParams;
     fn instantiation() -> String {
@@ -159,6 +165,29 @@ impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaNarrow64Kernel<D_QK,
             O::HAVE_SINK
         )
     }
+}
+
+/// A kernel type of the narrow kernel and the head tile it was instantiated for, so that its
+/// launch shape follows from the type.
+trait NarrowTile: CudaKernel<Params = SparseMlaParams> {
+    const TILE: usize;
+}
+
+impl<const D_QK: usize, O: Options, const TILE: usize> NarrowTile
+    for SparseMlaKernel<D_QK, O, TILE>
+{
+    // `SparseMlaKernel<_, _, 64>` is the 64-head kernel, not a narrow tile.
+    const TILE: usize = {
+        assert!(
+            TILE != 64,
+            "SparseMlaKernel<_, _, 64> is the 64-head kernel"
+        );
+        TILE
+    };
+}
+
+impl<const D_QK: usize, O: Options> NarrowTile for SparseMlaNarrow64Kernel<D_QK, O> {
+    const TILE: usize = 64;
 }
 
 /// Which kernel runs a head tile: the narrow kernel (tiles of 8, 16, 32 or 64 heads) or the
@@ -242,16 +271,16 @@ impl SparseMlaLaunch for Cuda {
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match (kernel, tile) {
             (TileKernel::Narrow, 8) => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(8, rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(rows, &params)
             },
             (TileKernel::Narrow, 16) => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(16, rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(rows, &params)
             },
             (TileKernel::Narrow, 32) => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(32, rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(rows, &params)
             },
             (TileKernel::Narrow, _) => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaNarrow64Kernel<D_QK, O>>(64, rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaNarrow64Kernel<D_QK, O>>(rows, &params)
             },
             (TileKernel::Wide, _) => {
                 let shape = LaunchShape {
@@ -268,7 +297,7 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of the narrow kernel `K` for `D_QK` and head tile `tile` over `items` work items
+    /// One launch of the narrow kernel `K` (`D_QK`, head tile `K::TILE`) over `items` work items
     /// (query rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
     /// No CTA waits for another, so when other work shares the SMs the CTAs that do not fit
@@ -277,16 +306,15 @@ impl Cuda {
     /// # Safety
     /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for the
     /// kernel.
-    unsafe fn launch_narrow<const D_QK: usize, K: CudaKernel<Params = SparseMlaParams>>(
+    unsafe fn launch_narrow<const D_QK: usize, K: NarrowTile>(
         &self,
-        tile: usize,
         items: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
-        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, tile);
+        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, K::TILE);
         let shape = LaunchShape {
             grid: (items.min(resident), 1, 1),
-            block: (sparse_mla_narrow_threads(tile), 1, 1),
+            block: (sparse_mla_narrow_threads(K::TILE), 1, 1),
             smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
@@ -396,7 +424,7 @@ mod mirror_tests {
                 }
             }
         }
-        let source = <SparseMlaKernel<576, super::super::Plain, 16> as CudaKernel>::SOURCE;
+        let source = NARROW_SOURCE;
         assert_compiles(
             source,
             &probe,
@@ -413,7 +441,7 @@ mod mirror_tests {
                 sparse_mla_smem_bytes(d)
             );
         }
-        let source = <SparseMlaKernel<576, super::super::Plain> as CudaKernel>::SOURCE;
+        let source = WIDE_SOURCE;
         assert_compiles(
             source,
             &probe,
