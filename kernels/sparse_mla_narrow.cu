@@ -174,19 +174,19 @@ constexpr int kLaunchRegsFor = 65536 / (kThreadsFor<H> * kCtasPerSmFor<D_QK, H>)
 // 64-head tile's consumers get the rest of their pool, 232 (no spill).
 template <int D_QK, int H>
 constexpr int kGatherRegsFor = H == 32 ? 32 : 40;
+// The consumers take what is left of the CTA's pool: 216 (224 at 32 heads) at two CTAs per SM,
+// 120 at three, 232 for the 64-head tile.
 template <int D_QK, int H>
-constexpr int kConsumerRegsFor =
-    H == 64 ? (kLaunchRegsFor<D_QK, H> * kThreadsFor<H> -
-               32 * kGatherWarps * kGatherRegsFor<D_QK, H>) /
-                  (kConsumerThreads * kConsumerWgsFor<H>)
-    : kCtasPerSmFor<D_QK, H> == 3 ? 120
-                                  : 256 - kGatherRegsFor<D_QK, H>;
+constexpr int kConsumerRegsFor = (kLaunchRegsFor<D_QK, H> * kThreadsFor<H> -
+                                  32 * kGatherWarps * kGatherRegsFor<D_QK, H>) /
+                                 (kConsumerThreads * kConsumerWgsFor<H>);
 // setmaxnreg.inc blocks until the CTA's pool (its registers at launch) can supply it, so the two
-// counts must add up to that pool.
+// counts must add up to that pool (and setmaxnreg takes multiples of 8).
 template <int D_QK, int H>
 constexpr bool kRegisterPoolFits =
     (kConsumerRegsFor<D_QK, H> * kConsumerWgsFor<H> + kGatherRegsFor<D_QK, H>) * 128 ==
-    kLaunchRegsFor<D_QK, H> * kThreadsFor<H>;
+        kLaunchRegsFor<D_QK, H> * kThreadsFor<H> &&
+    kConsumerRegsFor<D_QK, H> % 8 == 0;
 // Ring depth: as many stages as the shared memory of an SM holds for its CTAs (checked below);
 // for 64 heads, with one Q tile, nine at d_qk 576 and eleven at 512 (not tuned further).
 template <int D_QK, int H>
