@@ -18,14 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                             \
-    do {                                                                                  \
-        cudaError_t e_ = (x);                                                             \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "harness.h"
 
 using u32 = uint32_t;
 

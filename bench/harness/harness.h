@@ -1,10 +1,23 @@
-// Shared declarations of the sparse MLA prefill harness (bench/harness/main.cu): the host copy of
-// the kernels' parameter block and the entry points of the variants linked in.
+// Shared declarations of the sparse MLA prefill harness (bench/harness/main.cu, and the
+// gather-rate benchmark beside it): the CUDA error check, the host copy of the kernels' parameter
+// block and the entry points of the variants linked in.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+// Stops the program with the CUDA error, file and line when a runtime call fails.
+#define CK(x)                                                                              \
+    do {                                                                                   \
+        cudaError_t e = (x);                                                               \
+        if (e != cudaSuccess) {                                                            \
+            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
 
 // Host copy of `struct SparseMlaParams` (kernels/sparse_mla_common.cuh), field for field; the
 // extents beside each field.

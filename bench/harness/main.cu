@@ -31,15 +31,6 @@
 
 #include "harness.h"
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e = (x);                                                               \
-        if (e != cudaSuccess) {                                                            \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
 struct Variant {
     const char* name;
     LaunchFn fn;
