@@ -70,40 +70,38 @@ fn prologue() {
     >();
 }
 
+/// Compiles one sparse MLA kernel type for every option and both head dims:
+/// `every_sparse_mla_variant!(Kernel)` or, with a trailing head tile,
+/// `every_sparse_mla_variant!(Kernel, TILE)`.
+macro_rules! every_sparse_mla_variant {
+    ($kernel:ident $(, $tile:expr)?) => {
+        for_each_option!($kernel, 512 $(, $tile)?);
+        for_each_option!($kernel, 576 $(, $tile)?);
+    };
+}
+macro_rules! for_each_option {
+    ($kernel:ident, $d:literal $(, $tile:expr)?) => {
+        compiles::<$kernel<$d, Plain $(, $tile)?>>();
+        compiles::<$kernel<$d, WithLength $(, $tile)?>>();
+        compiles::<$kernel<$d, WithLengthAndSink $(, $tile)?>>();
+    };
+}
+
 #[test]
 fn sparse_mla() {
-    compiles::<SparseMlaKernel<512, Plain>>();
-    compiles::<SparseMlaKernel<576, Plain>>();
-    compiles::<SparseMlaKernel<512, WithLength>>();
-    compiles::<SparseMlaKernel<576, WithLength>>();
-    compiles::<SparseMlaKernel<512, WithLengthAndSink>>();
-    compiles::<SparseMlaKernel<576, WithLengthAndSink>>();
+    every_sparse_mla_variant!(SparseMlaKernel);
 }
 
-/// The narrow-tile kernel (8, 16 and 32 heads): every option, both head dims.
-fn sparse_mla_narrow_tile<const TILE: usize>() {
-    compiles::<SparseMlaKernel<512, Plain, TILE>>();
-    compiles::<SparseMlaKernel<576, Plain, TILE>>();
-    compiles::<SparseMlaKernel<512, WithLength, TILE>>();
-    compiles::<SparseMlaKernel<576, WithLength, TILE>>();
-    compiles::<SparseMlaKernel<512, WithLengthAndSink, TILE>>();
-    compiles::<SparseMlaKernel<576, WithLengthAndSink, TILE>>();
-}
-
+/// The narrow-tile kernel (8, 16 and 32 heads).
 #[test]
 fn sparse_mla_narrow() {
-    sparse_mla_narrow_tile::<8>();
-    sparse_mla_narrow_tile::<16>();
-    sparse_mla_narrow_tile::<32>();
+    every_sparse_mla_variant!(SparseMlaKernel, 8);
+    every_sparse_mla_variant!(SparseMlaKernel, 16);
+    every_sparse_mla_variant!(SparseMlaKernel, 32);
 }
 
-/// The narrow kernel's 64-head tile (two 32-head consumer warpgroups): every option, both dims.
+/// The narrow kernel's 64-head tile (two 32-head consumer warpgroups).
 #[test]
 fn sparse_mla_narrow_64() {
-    compiles::<SparseMlaNarrow64Kernel<512, Plain>>();
-    compiles::<SparseMlaNarrow64Kernel<576, Plain>>();
-    compiles::<SparseMlaNarrow64Kernel<512, WithLength>>();
-    compiles::<SparseMlaNarrow64Kernel<576, WithLength>>();
-    compiles::<SparseMlaNarrow64Kernel<512, WithLengthAndSink>>();
-    compiles::<SparseMlaNarrow64Kernel<576, WithLengthAndSink>>();
+    every_sparse_mla_variant!(SparseMlaNarrow64Kernel);
 }
