@@ -221,8 +221,8 @@ constexpr bool kSmemFits =
 // Q tiles per CTA: two where they fit beside the ring (8 and 16 heads at d_qk 576, 8 and 32
 // heads at 512, where 32 heads give up a fifth ring stage for it, which measured faster), so
 // gather warp 0 loads the next row's Q while the consumers still read the current one (with
-// one, it waited for the row's last S^T before it issued the next row's Q and its first
-// stages); else one.
+// one, it waits for the row's last S^T before it loads the next row's Q, and its later stages
+// of that row wait behind it); else one.
 template <int D_QK, int H>
 constexpr int kQBuffersFor = kSmemFits<D_QK, H, 2> ? 2 : 1;
 
