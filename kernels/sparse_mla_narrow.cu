@@ -542,7 +542,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             gather.idx_row = p.indices + (i64)r.row_i * p.topk;
             gather.valid_len = r.valid_len;
             if constexpr (L::kQBuffers == 2) {
-                // The buffer was last read a row ago: its q_empty wait does not block.
+                // The buffer was last read two rows back: its q_empty wait has almost always
+                // completed by now, so Q goes first.
                 load_q();
                 gather.run(warp - kGatherWarp0, j_base, 2 * r.num_blocks, [] {});
             } else {
