@@ -966,7 +966,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                     denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[c]));
                 }
                 out_scale[c] = empty ? 0.f : kv_scale / denom;
-                if (wwarp == 0 && g == 0 && head < p.h_q) {
+                // max_logits and lse of column group j: written by warp j % 4 (the statistics
+                // are the same in every warp), so no warp does all of them while the others
+                // wait at the barrier below.
+                if (wwarp == (j & 3) && g == 0 && head < p.h_q) {
                     float m_true = max_xchg[col];
 #pragma unroll
                     for (int w = 1; w < 4; ++w) m_true = fmaxf(m_true, max_xchg[w * HS + col]);
