@@ -588,6 +588,13 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // 32 heads: the first P.V tiles' V^T fragments load before the softmax (3% faster measured
     // at two CTAs per SM); 8 and 16 heads gain nothing from it.
     constexpr bool kPrefetchV = HS == 32;
+    // 64 heads at d_qk 576: the first S^T chunk of block b + 1 is issued while the last P.V M
+    // tile of block b is still in the tensor cores, so the pipe does not drain between them
+    // (+0.6-1.1% in the harness; at d_qk 512 0.7-0.9% slower, and for 16 and 32 heads within
+    // ±0.9% either way, so only there; bench/NOTES.md). Keeping more P.V tiles in flight
+    // there spills.
+    constexpr bool kSUnderPv = kWgs == 2 && D_QK == 576;
+    static_assert(!kSUnderPv || kQkChunks > kQkBuffers, "s_begin must wait for a chunk");
 
     const int g = lane >> 2;    // accumulator row inside the warp's 16 rows
     const int t0 = lane & 3;    // accumulator column pair
@@ -640,7 +647,8 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // ---- S^T = K . Q^T of block b, chunks of kQkChunkSteps k-steps into fresh accumulators.
     // s_begin waits for the block's stages and issues every chunk (waiting for chunk
     // c - kQkBuffers before reusing its buffers), leaving the last kQkBuffers chunks in flight;
-    // s_end adds them once the caller has waited for them.
+    // s_end adds them once the caller has waited for them. after_first_wait() runs right after
+    // the first of those waits, when every wgmma group committed before the chunks is done too.
     float s[kAcc];
     float part[kQkBuffers][kAcc];
     u32 ka[kKaBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
@@ -651,7 +659,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] += done[i];
     };
-    auto s_begin = [&](int b) {
+    auto s_begin = [&](int b, auto&& after_first_wait) {
         const int j0 = j_base + 2 * b, j1 = j0 + 1;
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
@@ -672,6 +680,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             }
             if (c >= kQkBuffers) {
                 wgmma_wait<kQkBuffers - 1>();  // chunk c - kQkBuffers is done
+                if (c == kQkBuffers) after_first_wait();
                 add_chunk(c - kQkBuffers);
             }
             float (&acc)[kAcc] = part[c % kQkBuffers];
@@ -896,7 +905,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             q_desc = q_desc0 + (u64)((qb * L::kQBytes) >> 4);
             mbar_wait(bars + (kBarQFull + qb) * 8, (u32)(q_uses / L::kQBuffers) & 1u);
             fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
-            s_begin(0);
+            s_begin(0, [] {});
             wgmma_wait<0>();
             s_end();
             if (num_blocks == 1) q_done();
@@ -909,9 +918,26 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
         // measured slower.)
         for (int b = 0; b + 1 < num_blocks; ++b) {
             pv_issue(b);
-            wgmma_wait<0>();
-            pv_end();
-            s_begin(b + 1);
+            if constexpr (kSUnderPv) {
+                // Every M tile but the last is done before S^T starts (their fragment
+                // registers are free for the S^T chunks); the last one finishes under the
+                // first S^T chunk.
+                wgmma_wait<1>();
+#pragma unroll
+                for (int mt = 0; mt + 1 < kValueTiles; ++mt) fence_regs(o[mt]);
+#pragma unroll
+                for (int f = 1; f < kPvBuffers; ++f) {
+                    keep_alive(frag[(kValueTiles - 1 + f) % kPvBuffers]);
+                }
+                s_begin(b + 1, [&] {
+                    fence_regs(o[kValueTiles - 1]);
+                    keep_alive(frag[(kValueTiles - 1) % kPvBuffers]);
+                });
+            } else {
+                wgmma_wait<0>();
+                pv_end();
+                s_begin(b + 1, [] {});
+            }
             wgmma_wait<0>();
             s_end();
             if (b + 2 == num_blocks) q_done();
