@@ -647,10 +647,12 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     // ---- S^T = K . Q^T of block b, chunks of kQkChunkSteps k-steps into fresh accumulators.
     // s_begin waits for the block's stages and issues every chunk (waiting for chunk
     // c - kQkBuffers before reusing its buffers), leaving the last kQkBuffers chunks in flight;
-    // s_end adds them once the caller has waited for them. after_first_wait() runs right after
-    // the first of those waits, when every wgmma group committed before the chunks is done too.
+    // s_end adds them once the caller has waited for them. With pv_tail_in_flight (kSUnderPv)
+    // the last P.V M tile of the previous block is still in the tensor cores: the first of those
+    // waits retires it too, and only then are its accumulator and fragment registers released.
     float s[kAcc];
     float part[kQkBuffers][kAcc];
+    u32 frag[kPvBuffers][2][4];  // V^T fragments of P.V (below): [buffer][k-step][register]
     u32 ka[kKaBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
     auto add_chunk = [&](int c) {
         float (&done)[kAcc] = part[c % kQkBuffers];
@@ -659,7 +661,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) s[i] += done[i];
     };
-    auto s_begin = [&](int b, auto&& after_first_wait) {
+    auto s_begin = [&](int b, bool pv_tail_in_flight) {
         const int j0 = j_base + 2 * b, j1 = j0 + 1;
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j0 % kStages) * 8, (u32)(j0 / kStages) & 1u);
         mbar_wait(bars + (kBarKFullFor<D_QK, H> + j1 % kStages) * 8, (u32)(j1 / kStages) & 1u);
@@ -680,7 +682,10 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             }
             if (c >= kQkBuffers) {
                 wgmma_wait<kQkBuffers - 1>();  // chunk c - kQkBuffers is done
-                if (c == kQkBuffers) after_first_wait();
+                if (c == kQkBuffers && pv_tail_in_flight) {
+                    fence_regs(o[kValueTiles - 1]);
+                    keep_alive(frag[(kValueTiles - 1) % kPvBuffers]);
+                }
                 add_chunk(c - kQkBuffers);
             }
             float (&acc)[kAcc] = part[c % kQkBuffers];
@@ -829,7 +834,6 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
 
     // ---- O^T += V^T . P^T of block b over its 64 tokens, kPvBuffers M tiles in flight; the
     // block's stages are released after the last ldmatrix, before the tensor cores finish.
-    u32 frag[kPvBuffers][2][4];  // [buffer][k-step][register]
     // V^T A fragments of M tile mt of block b (ldmatrix.trans delivers 2-byte column pairs; the
     // byte permutes split them into the e4m3 rows g and g+8).
     auto load_v = [&](int b, int mt, u32 (&fr)[2][4]) {
@@ -905,7 +909,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             q_desc = q_desc0 + (u64)((qb * L::kQBytes) >> 4);
             mbar_wait(bars + (kBarQFull + qb) * 8, (u32)(q_uses / L::kQBuffers) & 1u);
             fence_proxy_async();  // the Q tile (cp.async) is read by wgmma (async proxy)
-            s_begin(0, [] {});
+            s_begin(0, false);
             wgmma_wait<0>();
             s_end();
             if (num_blocks == 1) q_done();
@@ -929,14 +933,11 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                 for (int f = 1; f < kPvBuffers; ++f) {
                     keep_alive(frag[(kValueTiles - 1 + f) % kPvBuffers]);
                 }
-                s_begin(b + 1, [&] {
-                    fence_regs(o[kValueTiles - 1]);
-                    keep_alive(frag[(kValueTiles - 1) % kPvBuffers]);
-                });
+                s_begin(b + 1, true);
             } else {
                 wgmma_wait<0>();
                 pv_end();
-                s_begin(b + 1, [] {});
+                s_begin(b + 1, false);
             }
             wgmma_wait<0>();
             s_end();

@@ -432,6 +432,21 @@ mod mirror_tests {
         );
     }
 
+    /// Every narrow tile at both head dims compiles under NVRTC, with the optional inputs on (the
+    /// most code): NVRTC rejects some constructs nvcc accepts (host-only generic lambdas, for
+    /// one), and a tile's `if constexpr` branches are only checked where it is instantiated.
+    #[test]
+    fn every_narrow_tile_compiles_under_nvrtc() {
+        for d in [512usize, 576] {
+            for tile in [8usize, 16, 32, 64] {
+                let instantiation = format!("sparse_mla_narrow_kernel<{d}, {tile}, true, true>");
+                if let Err(e) = compile_kernel(NARROW_SOURCE, &instantiation, Arch::Sm90a) {
+                    panic!("{instantiation} does not compile: {e}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn wide_kernel_launch_shape() {
         let mut probe = format!("static_assert(sparse_mla::kThreads == {THREADS}, \"threads\");\n");
