@@ -653,6 +653,12 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     float s[kAcc];
     float part[kQkBuffers][kAcc];
     u32 frag[kPvBuffers][2][4];  // V^T fragments of P.V (below): [buffer][k-step][register]
+    // Once P.V M tile mt is done (waited for): its O^T registers may be read and, for the last
+    // kPvBuffers tiles (the ones still holding a buffer), its fragment registers reused.
+    auto pv_retire = [&](int mt) {
+        fence_regs(o[mt]);
+        if (mt + kPvBuffers >= kValueTiles) keep_alive(frag[mt % kPvBuffers]);
+    };
     u32 ka[kKaBuffers][kQkChunkSteps][4];  // A fragments (K rows) of the chunks in flight
     auto add_chunk = [&](int c) {
         float (&done)[kAcc] = part[c % kQkBuffers];
@@ -682,10 +688,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
             }
             if (c >= kQkBuffers) {
                 wgmma_wait<kQkBuffers - 1>();  // chunk c - kQkBuffers is done
-                if (c == kQkBuffers && pv_tail_in_flight) {
-                    fence_regs(o[kValueTiles - 1]);
-                    keep_alive(frag[(kValueTiles - 1) % kPvBuffers]);
-                }
+                if (c == kQkBuffers && pv_tail_in_flight) pv_retire(kValueTiles - 1);
                 add_chunk(c - kQkBuffers);
             }
             float (&acc)[kAcc] = part[c % kQkBuffers];
@@ -878,9 +881,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
     };
     auto pv_end = [&]() {
 #pragma unroll
-        for (int mt = 0; mt < kValueTiles; ++mt) fence_regs(o[mt]);
-#pragma unroll
-        for (int f = 0; f < kPvBuffers; ++f) keep_alive(frag[f]);
+        for (int mt = 0; mt < kValueTiles; ++mt) pv_retire(mt);
     };
 
     int q_uses = 0;  // rows with blocks so far: their Q buffer and the phase of q_full / q_empty
@@ -928,11 +929,7 @@ __global__ void __launch_bounds__(sparse_mla_narrow::kThreadsFor<HEAD_TILE>,
                 // first S^T chunk.
                 wgmma_wait<1>();
 #pragma unroll
-                for (int mt = 0; mt + 1 < kValueTiles; ++mt) fence_regs(o[mt]);
-#pragma unroll
-                for (int f = 1; f < kPvBuffers; ++f) {
-                    keep_alive(frag[(kValueTiles - 1 + f) % kPvBuffers]);
-                }
+                for (int mt = 0; mt + 1 < kValueTiles; ++mt) pv_retire(mt);
                 s_begin(b + 1, true);
             } else {
                 wgmma_wait<0>();
