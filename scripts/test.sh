@@ -50,4 +50,9 @@ cargo run --quiet --example candle_layer --features candle
         grep -v C7517 target/harness/build.log
         exit 1
     fi
+    # The published-structure experiment (bench/harness/sparse_mla_wide_vt.cu, a 64-head
+    # candidate for the harness) keeps compiling too.
+    "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+        -DVARIANT_NAME=wide_vt "-DVARIANT_FILE=\"$PWD/bench/harness/sparse_mla_wide_vt.cu\"" \
+        -DVARIANT_WIDE=1 -c bench/harness/variant.cu -o target/harness/wide_vt.o
 )
