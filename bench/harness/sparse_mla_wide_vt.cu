@@ -8,7 +8,10 @@
 // the harness's 64-head candidate: `bench/harness/build.sh kernels/sparse_mla_narrow.cu
 // bench/harness/sparse_mla_wide_vt.cu`, then `harness check widecand`, `harness time-wide`.
 // Timing-only switches (wrong results): -DEXP_NO_GATHER_READ (every gather copy zero-fills,
-// no global read), -DEXP_NO_VT_BUILD (V^T slots released without being written).
+// no global read), -DEXP_NO_VT_BUILD (V^T slots released without being written). Structural
+// switch, built but not yet run on a GPU: -DEXP_K2_VT3 (two K slots and three V^T slots). The
+// harness build takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_K2_VT3'; cat
+// bench/harness/sparse_mla_wide_vt.cu) > /tmp/k2.cu` and build with /tmp/k2.cu.
 //
 // Launch: grid = head_tiles * s_q CTAs (CTA b: head tile b % head_tiles of query row
 // b / head_tiles), 384 threads, one CTA per SM, dynamic shared memory Smem<D_QK>::kBytes
@@ -38,8 +41,16 @@ constexpr int kThreads = 384;          // two consumer warpgroups, one producer 
 constexpr int kHeadsPerTile = 64;      // wgmma M of S and of P.V
 constexpr int kTokensPerBlock = 64;    // wgmma N of S
 constexpr int kDV = 512;               // value width
-constexpr int kKSlots = 3;             // gathered K blocks in shared memory
-constexpr int kVtSlots = 2;            // V^T blocks (one pair)
+// Gathered K blocks and V^T blocks in shared memory: three and two (measured), or with
+// -DEXP_K2_VT3 two and three (built, not yet run on a GPU: bench/NOTES.md, next steps (1)), so
+// that V^T of block b goes into the slot of block b - 3 and no K slot waits for a P.V.
+#ifdef EXP_K2_VT3
+constexpr int kKSlots = 2;
+constexpr int kVtSlots = 3;
+#else
+constexpr int kKSlots = 3;
+constexpr int kVtSlots = 2;
+#endif
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
 constexpr int kVtBytes = kDV * kTokensPerBlock;               // one V^T slot: 32768
 constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
@@ -57,23 +68,23 @@ struct Smem {
     static constexpr int kRowGroupBytes = 8 * D_QK;
     static constexpr int kTileBytes = kHeadsPerTile * D_QK;
     static constexpr int kQ = 0;                                // [64 heads][D_QK]
-    static constexpr int kK = kQ + kTileBytes;                  // [3][64 tokens][D_QK]
-    static constexpr int kVt = kK + kKSlots * kTileBytes;       // [2][512 cols][64 positions]
+    static constexpr int kK = kQ + kTileBytes;                  // [kKSlots][64 tokens][D_QK]
+    static constexpr int kVt = kK + kKSlots * kTileBytes;       // [kVtSlots][512][64 positions]
     static constexpr int kP = kVt + kVtSlots * kVtBytes;        // [2][64 heads][128 positions]
     static constexpr int kMax = kP + 2 * kPBytes;               // f32 [2 wg][64] block maxima
     static constexpr int kSum = kMax + 2 * 64 * 4;              // f32 [2 wg][64] row sums
     static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
-    static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [3 slots][4 warps]
-    static constexpr int kBars = kMask + kKSlots * 8;           // 11 mbarriers
-    static constexpr int kBytes = kBars + 11 * 8;
+    static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
+    static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
+    static constexpr int kBytes = kBars + (1 + 2 * kKSlots + 2 * kVtSlots) * 8;
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
 constexpr int kBarQFull = 0;
-constexpr int kBarKFull = 1;     // [3]
-constexpr int kBarKEmpty = 4;    // [3]
-constexpr int kBarVtFull = 7;    // [2]
-constexpr int kBarVtEmpty = 9;   // [2]
+constexpr int kBarKFull = 1;                        // [kKSlots]
+constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots]
+constexpr int kBarVtFull = kBarKEmpty + kKSlots;    // [kVtSlots]
+constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
 
 __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
@@ -282,9 +293,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
         // One loop for the whole warpgroup: step s issues the gathers of block s, then builds
         // V^T of block s - kBuildLag (whose rows have had a step to land). The gathers of block
-        // s wait for K slot s % 3 to be released by S and by the V^T build of block s - 3, which
-        // this loop did a step earlier (kBuildLag < 3).
-        constexpr int kBuildLag = 2;
+        // s wait for K slot s % kKSlots to be released by S and by the V^T build of block
+        // s - kKSlots, which this loop did a step earlier (kBuildLag < kKSlots).
+        constexpr int kBuildLag = kKSlots - 1;
         const int pw = warp - 8;
         const int pt = threadIdx.x - 256;  // 0..127
         const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
@@ -387,6 +398,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         }
         wgmma_commit();
     };
+    // V^T of block blk (>= 0) is in slot vt_slot(blk), use vt_use(blk) of that slot. (With two
+    // slots, block 2t + kb of pair t is in slot kb, use t: written so, for the measured build.)
+    auto vt_slot = [](int blk) { return (int)((u32)blk % (u32)kVtSlots); };
+    auto vt_use = [](int blk) { return (u32)blk / (u32)kVtSlots; };
     // P.V of one block of the pair before is complete: its V^T slot goes back to the producer.
     auto pv_release = [&](int slot) {
         mbar_arrive(bars + (kBarVtEmpty + slot) * 8);
@@ -419,7 +434,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             // block c is done, its V^T slot goes back to the producer.
             if (c < 2 && release_pv) {
                 wgmma_wait<2>();
-                pv_release(c);
+                // block 2t + c of the pair t before
+                pv_release(kVtSlots == 2 ? c : vt_slot(b - wg - 2 + c));
             }
         }
     };
@@ -528,14 +544,22 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
 
     // ---- O[:, 256wg …] += P . V^T of pair t (both blocks, two k-steps each), one commit group.
     auto pv_issue = [&](int t) {
-        mbar_wait(bars + (kBarVtFull + 0) * 8, (u32)t & 1u);
-        mbar_wait(bars + (kBarVtFull + 1) * 8, (u32)t & 1u);
+#pragma unroll
+        for (int kb = 0; kb < 2; ++kb) {
+            if constexpr (kVtSlots == 2) {
+                mbar_wait(bars + (kBarVtFull + kb) * 8, (u32)t & 1u);
+            } else {
+                mbar_wait(bars + (kBarVtFull + vt_slot(2 * t + kb)) * 8, vt_use(2 * t + kb) & 1u);
+            }
+        }
         const u64 p_desc = make_smem_desc(sp + (u32)((t & 1) * kPBytes), 128, 1024);
         fence_regs(o);
         wgmma_fence();
 #pragma unroll
         for (int kb = 0; kb < 2; ++kb) {
-            const u64 vt_desc = make_smem_desc(svt + (u32)(kb * kVtBytes + wg * (kVtBytes / 2)), 128, 512);
+            const int vs = kVtSlots == 2 ? kb : vt_slot(2 * t + kb);
+            const u64 vt_desc =
+                make_smem_desc(svt + (u32)(vs * kVtBytes + wg * (kVtBytes / 2)), 128, 512);
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks) {
                 wgmma_pv(o, p_desc + (u64)((2 * kb + ks) * 16), vt_desc + (u64)(ks * 16));
