@@ -1,8 +1,9 @@
 // Definitions shared by the two sparse MLA prefill kernels (sparse_mla_prefill.cu, 64-head tiles,
 // and sparse_mla_narrow.cu, 8/16/32-head tiles and its own 64-head tile): their parameter block
 // and the sm_90a PTX helpers they use (shared-memory addresses, mbarriers, cp.async and bulk
-// copies, named barriers, ldmatrix, wgmma fences and descriptors; the benchmark's bulk-copy
-// gather limit uses them too).
+// copies, named barriers and their OR vote, ldmatrix, wgmma fences and descriptors, the S = Q.K^T
+// wgmma and the Q tile load of the 64-head kernels; the benchmark's bulk-copy gather limit and
+// the harness experiment bench/harness/sparse_mla_wide_vt.cu use them too).
 // Compiled after common.cuh and before either kernel file.
 
 // Parameters of one launch of either sparse MLA kernel (64-head and narrow tiles). Mirrored field
@@ -133,5 +134,54 @@ __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
         asm volatile("" : "+f"(r[i])::"memory");
+    }
+}
+
+// Named barrier `id` over `count` threads that also returns the OR of `pred` over them.
+__device__ __forceinline__ bool named_barrier_any(int id, int count, bool pred) {
+    u32 r;
+    asm volatile(
+        "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\n"
+        "selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(r)
+        : "r"((u32)pred), "r"(id), "r"(count)
+        : "memory");
+    return r != 0u;
+}
+
+// acc[64x64 f32] (+)= A[64x32 e4m3, smem] * B[64x32 e4m3, smem]^T
+__device__ __forceinline__ void wgmma_qk(float (&acc)[32], u64 desc_a, u64 desc_b, u32 accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
+        " %32, %33, p, 1, 1;\n}\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
+          "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
+          "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
+          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// The Q tile of 64 heads of query row `row_i` (head tile `tile`) into shared memory at `sq` in
+// the K-major canonical layout of the 64-head kernels ((r/8)*8*D_QK + (c/16)*128 + (r%8)*16 +
+// c%16), by the 128 threads of a warpgroup (`pt` = this thread's index in it): 16-byte cp.async,
+// heads >= h_q zero-filled without a read; nothing when `needed` is false (a row without
+// blocks). The caller arrives on its barrier.
+template <int D_QK>
+__device__ __forceinline__ void load_q_tile64(const SparseMlaParams& p, int row_i, int tile, u32 sq,
+                                              int pt, bool needed) {
+    constexpr int kChunks = D_QK / 16;
+    const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
+    for (int e = pt; needed && e < 64 * kChunks; e += 128) {
+        const int r = e / kChunks;
+        const int c = e % kChunks;
+        const int head = tile * 64 + r;
+        const bool valid = head < p.h_q;
+        const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
+        cp_async_16(sq + (r >> 3) * (8 * D_QK) + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
     }
 }

@@ -283,18 +283,6 @@ __device__ __forceinline__ void st_shared_u16(u32 addr, u16 v) {
     asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
 }
 
-// Named barrier `id` over `count` threads that also returns the OR of `pred` over them.
-__device__ __forceinline__ bool named_barrier_any(int id, int count, bool pred) {
-    u32 r;
-    asm volatile(
-        "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\n"
-        "selp.u32 %0, 1, 0, q;\n}\n"
-        : "=r"(r)
-        : "r"((u32)pred), "r"(id), "r"(count)
-        : "memory");
-    return r != 0u;
-}
-
 // Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
 template <int K>
 __device__ __forceinline__ void keep_alive(const u32 (&a)[K][4]) {

@@ -154,23 +154,6 @@ __device__ __forceinline__ void keep_alive(const u32 (&a)[4][4]) {
     }
 }
 
-// acc[64x64 f32] (+)= A[64x32 e4m3, smem] * B[64x32 e4m3, smem]^T
-__device__ __forceinline__ void wgmma_qk(float (&acc)[32], u64 desc_a, u64 desc_b, u32 accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, p, 1, 1;\n}\n"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
-          "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
-          "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
-          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
 // acc[64x64 f32] += A[64x32 e4m3, registers] * B[64x32 e4m3, smem]^T
 __device__ __forceinline__ void wgmma_rs(float (&acc)[32], const u32 (&a)[4], u64 desc_b,
                                          u32 accumulate) {
@@ -322,16 +305,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         const int pt = threadIdx.x - 256;
         // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
         // zero-filled, never read.
-        const u8* q_row = p.q + (i64)row_i * p.h_q * D_QK;
-        for (int e = pt; num_pairs > 0 && e < kHeadsPerTile * L::kChunks; e += 128) {
-            const int r = e / L::kChunks;
-            const int c = e % L::kChunks;
-            const int head = tile * kHeadsPerTile + r;
-            const bool valid = head < p.h_q;
-            const u8* src = q_row + (valid ? (i64)head * D_QK + c * 16 : (i64)0);
-            cp_async_16(sq + (r >> 3) * L::kRowGroupBytes + c * 128 + (r & 7) * 16, src,
-                        valid ? 16u : 0u);
-        }
+        load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_pairs > 0);
         if (num_pairs > 0) {
             mbar_arrive_cp_async(bars + kBarQFull * 8);
         }
