@@ -9,27 +9,28 @@
 // bench/harness/sparse_mla_wide_vt.cu`, then `harness check widecand`, `harness time-wide`.
 // Timing-only switches (wrong results): -DEXP_NO_GATHER_READ (every gather copy zero-fills,
 // no global read), -DEXP_NO_VT_BUILD (V^T slots released without being written). Structural
-// switch, built but not yet run on a GPU: -DEXP_K2_VT3 (two K slots and three V^T slots). The
-// harness build takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_K2_VT3'; cat
-// bench/harness/sparse_mla_wide_vt.cu) > /tmp/k2.cu` and build with /tmp/k2.cu.
+// switches (correct, measured): -DEXP_K3_VT2 (three K slots and two V^T slots, the first
+// layout), -DEXP_LR (each K slot in two parts on barriers of their own). The harness build
+// takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_LR'; cat
+// bench/harness/sparse_mla_wide_vt.cu) > lr.cu`, and build with lr.cu as the candidate.
 //
 // Launch: grid = head_tiles * s_q CTAs (CTA b: head tile b % head_tiles of query row
 // b / head_tiles), 384 threads, one CTA per SM, dynamic shared memory Smem<D_QK>::kBytes
-// (231024 bytes at d_qk 576, 214640 at 512).
+// (226920 bytes at d_qk 576, 214632 at 512).
 //
 // Structure. Warpgroups 0 and 1 are the consumers; warpgroup 2 is the producer, one loop for
 // its four warps: step s issues the 16-byte cp.async gathers of block s (into the K-major
-// canonical layout wgmma reads), then builds V^T of block s - 2 in shared memory from its K
-// slot (ldmatrix.trans, byte permutes, stmatrix). Blocks of 64 tokens go in pairs; consumer
-// warpgroup w owns block 2t + w of pair t for S = Q.K^T (m64n64k32, both operands in shared
-// memory) and its softmax, and value columns 256w … 256w + 255 of both blocks for O = P.V
-// (m64n256k32, P and V^T both from shared memory), so the heads are the rows of both
-// accumulators and a thread's softmax statistics are those of its two O rows (no cross-warp
-// exchange inside a warpgroup).
+// canonical layout wgmma reads), then builds V^T of block s - 1 (whose rows have had a step to
+// land) in shared memory from its K slot (ldmatrix.trans, byte permutes, stmatrix). Blocks of
+// 64 tokens go in pairs; consumer warpgroup w owns block 2t + w of pair t for S = Q.K^T
+// (m64n64k32, both operands in shared memory) and its softmax, and value columns 256w …
+// 256w + 255 of both blocks for O = P.V (m64n256k32, P and V^T both from shared memory), so
+// the heads are the rows of both accumulators and a thread's softmax statistics are those of
+// its two O rows (no cross-warp exchange inside a warpgroup).
 // Per pair t a consumer issues P.V of pair t (one commit group per block), then S of its block
 // of pair t + 1, releasing each V^T slot as soon as its P.V group is done, then the softmax of
 // pair t + 1.
-// Buffers: K slots [3] (released after S and after the V^T build), V^T slots [2] (released after
+// Buffers: K slots [2] (released after S and after the V^T build), V^T slots [3] (released after
 // P.V of both warpgroups), P [2] (by pair parity): everything the shared memory holds at 576.
 // Numerics: S promoted every 96 channels; the softmax keeps a reference max m_ref that moves
 // only in a pair where some score exceeds it by more than the headroom (the narrow kernel's
@@ -41,20 +42,36 @@ constexpr int kThreads = 384;          // two consumer warpgroups, one producer 
 constexpr int kHeadsPerTile = 64;      // wgmma M of S and of P.V
 constexpr int kTokensPerBlock = 64;    // wgmma N of S
 constexpr int kDV = 512;               // value width
-// Gathered K blocks and V^T blocks in shared memory: three and two (measured), or with
-// -DEXP_K2_VT3 two and three (built, not yet run on a GPU: bench/NOTES.md, next steps (1)), so
-// that V^T of block b goes into the slot of block b - 3 and no K slot waits for a P.V.
-#ifdef EXP_K2_VT3
-constexpr int kKSlots = 2;
-constexpr int kVtSlots = 3;
-#else
+// Gathered K blocks and V^T blocks in shared memory: two and three, so that V^T of block b goes
+// into the slot of block b - 3 (whose P.V is long done) as soon as block b lands, and no K slot
+// waits for a P.V. -DEXP_K3_VT2: three and two, the first layout measured (bench/NOTES.md).
+#ifdef EXP_K3_VT2
 constexpr int kKSlots = 3;
 constexpr int kVtSlots = 2;
+#else
+constexpr int kKSlots = 2;
+constexpr int kVtSlots = 3;
 #endif
+// -DEXP_LR: each K slot lands and is released in two parts on barriers of their own, channels
+// 0 … 319 (S chunks 0-2) and the rest, so S starts before the whole block has landed and the
+// gather of the left part of block b + kKSlots starts once S of block b is past it.
+#ifdef EXP_LR
+constexpr bool kSplitLR = true;
+#else
+constexpr bool kSplitLR = false;
+#endif
+constexpr int kLeftQ = 5;              // 64-channel gather columns in the left part
+constexpr int kLeftChunks = 3;         // S chunks (96 channels each) inside the left part
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
-constexpr int kVtBytes = kDV * kTokensPerBlock;               // one V^T slot: 32768
+static_assert(kLeftChunks * kQkChunkSteps * 32 <= kLeftQ * 64, "left S chunks past the left part");
+// V^T core-matrix groups (8 value columns x 64 positions, 512 bytes) lie kVtGroupStride apart.
+constexpr int kVtGroupStride = 512;
+constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 32768
 constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
-constexpr u32 kConsumerRegs = 224;     // setmaxnreg: 224 * 256 + 56 * 128 = the CTA's pool
+// setmaxnreg: 224 * 256 + 56 * 128 = 64512 = 168 * 384, the pool the launch allocated. An
+// increase past the pool waits forever (64 producer registers hung the kernel), and the published
+// split of 216 / 72 spills ~264 bytes a consumer thread here.
+constexpr u32 kConsumerRegs = 224;
 constexpr u32 kProducerRegs = 56;
 constexpr int kBarConsumers = 1;       // named barrier of the 256 consumer threads
 constexpr float kMaxHeadroom = 8.f;
@@ -76,7 +93,8 @@ struct Smem {
     static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
     static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
     static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
-    static constexpr int kBytes = kBars + (1 + 2 * kKSlots + 2 * kVtSlots) * 8;
+    static constexpr int kBytes =
+        kBars + (1 + 2 * kKSlots + 2 * kVtSlots + (kSplitLR ? 2 * kKSlots : 0)) * 8;
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
@@ -85,6 +103,9 @@ constexpr int kBarKFull = 1;                        // [kKSlots]
 constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots]
 constexpr int kBarVtFull = kBarKEmpty + kKSlots;    // [kVtSlots]
 constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
+// With kSplitLR, kBarKFull / kBarKEmpty are the left parts' and these the right parts'.
+constexpr int kBarKFullR = kBarVtEmpty + kVtSlots;  // [kKSlots]
+constexpr int kBarKEmptyR = kBarKFullR + kKSlots;   // [kKSlots]
 
 // Stores four 8x8 b16 matrices (row addresses from lanes 8i … 8i + 7 for matrix i).
 __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
@@ -157,7 +178,10 @@ struct Gather {
         const int j = b * kTokensPerBlock + 16 * pw + 8 * grp + (lane & 7);
         return j < valid_len ? __ldg(idx_row + j) : -1;
     }
-    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
+    // Gathers of block b, gather columns q0 … q1 - 1 (64 channels each); the part that starts at
+    // column 0 also writes the block's validity mask. Completes on barrier `full`.
+    __device__ __forceinline__ void issue_part(int b, const int (&idx)[2], int q0, int q1,
+                                               u32 full) const {
         const int slot = b % kKSlots;
         const u32 dst_slot = k_base + slot * L::kTileBytes;
         u32 bits = 0;
@@ -174,13 +198,15 @@ struct Gather {
             const u32 dst = dst_slot + (token >> 3) * L::kRowGroupBytes + (token & 7) * 16 +
                             (lane >> 3) * 128;
 #pragma unroll
-            for (int q = 0; q < L::kChunks / 4; ++q) cp_async_16(dst + q * 512, src + q * 64, n);
+            for (int q = q0; q < q1; ++q) cp_async_16(dst + q * 512, src + q * 64, n);
             bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * grp);
         }
-        if (lane == 0) mask16[slot * 4 + pw] = (u16)bits;
-        const u32 full = bars + (kBarKFull + slot) * 8;
+        if (q0 == 0 && lane == 0) mask16[slot * 4 + pw] = (u16)bits;
         mbar_arrive_cp_async(full);
         mbar_arrive(full);
+    }
+    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
+        issue_part(b, idx, 0, L::kChunks / 4, bars + (kBarKFull + b % kKSlots) * 8);
     }
 };
 
@@ -202,10 +228,12 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     const int m = lane >> 3, r = lane & 7;
     const int n_off = 2 * r + (m & 1);                  // value column inside the 16-column chunk
     const int kc = 2 * bw + (m >> 1);                   // 16-position chunk
-    const u32 st = vt_slot + (u32)(n_off >> 3) * 512 + (u32)kc * 128 + (u32)(n_off & 7) * 16;
-// Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
+    const u32 st =
+        vt_slot + (u32)(n_off >> 3) * kVtGroupStride + (u32)kc * 128 + (u32)(n_off & 7) * 16;
+    // Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
     // statements keep program order, so a load after a store would wait for it).
     constexpr int kBatch = 4;
+    // (Unrolled, with immediate offsets, it measured 11% slower.)
 #pragma unroll 1
     for (int cc = cc0; cc < cc0 + kDV / 32; cc += kBatch) {
         u32 r[kBatch][4];
@@ -215,7 +243,8 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
         }
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
-            stmatrix_x4(st + (u32)(cc + k) * 2 * 512, byte_perm(r[k][0], r[k][1], 0x6420u),
+            stmatrix_x4(st + (u32)(cc + k) * 2 * kVtGroupStride,
+                        byte_perm(r[k][0], r[k][1], 0x6420u),
                         byte_perm(r[k][0], r[k][1], 0x7531u), byte_perm(r[k][2], r[k][3], 0x6420u),
                         byte_perm(r[k][2], r[k][3], 0x7531u));
         }
@@ -255,6 +284,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         for (int s = 0; s < kKSlots; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 256);   // 128 cp.async-tracked + 128 plain
             mbar_init(bars + (kBarKEmpty + s) * 8, 256);  // owner warpgroup + V^T build
+            if (kSplitLR) {
+                mbar_init(bars + (kBarKFullR + s) * 8, 256);
+                mbar_init(bars + (kBarKEmptyR + s) * 8, 256);
+            }
         }
         for (int s = 0; s < kVtSlots; ++s) {
             mbar_init(bars + (kBarVtFull + s) * 8, 128);
@@ -265,15 +298,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
 
     if (warp >= 8) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
-        // One loop for the whole warpgroup: step s issues the gathers of block s, then builds
-        // V^T of block s - kBuildLag (whose rows have had a step to land). The gathers of block
-        // s wait for K slot s % kKSlots to be released by S and by the V^T build of block
-        // s - kKSlots, which this loop did a step earlier (kBuildLag < kKSlots).
-        constexpr int kBuildLag = kKSlots - 1;
-        const int pw = warp - 8;
-        const int pt = threadIdx.x - 256;  // 0..127
-        load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_pairs > 0);
-        if (num_pairs > 0) mbar_arrive_cp_async(bars + kBarQFull * 8);
+        const int pw = warp & 3;
+        const int pt = (threadIdx.x - 256) & 127;  // 0..127 inside the producer warpgroup
         Gather<D_QK> gather;
         gather.k_base = sk;
         gather.bars = bars;
@@ -284,37 +310,57 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         gather.s_kv = p.s_kv;
         gather.pw = pw;
         gather.lane = lane;
+        // The gathers of block st wait for K slot st % kKSlots to be released by S and by the
+        // V^T build of block st - kKSlots.
+        auto gather_step = [&](int st, int (&idx)[2], int (&nxt)[2]) {
+            // The next block's indices load while this step waits for its K slot.
+#pragma unroll
+            for (int grp = 0; grp < 2; ++grp) {
+                nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
+            }
+            const int ks = st % kKSlots;
+            const u32 parity = (u32)(st / kKSlots - 1) & 1u;
+            if (st >= kKSlots) mbar_wait(bars + (kBarKEmpty + ks) * 8, parity);
+            if constexpr (kSplitLR) {
+                gather.issue_part(st, idx, 0, kLeftQ, bars + (kBarKFull + ks) * 8);
+                if (st >= kKSlots) mbar_wait(bars + (kBarKEmptyR + ks) * 8, parity);
+                gather.issue_part(st, idx, kLeftQ, L::kChunks / 4, bars + (kBarKFullR + ks) * 8);
+            } else {
+                gather.issue_block(st, idx);
+            }
+#pragma unroll
+            for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
+        };
+        // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
+        auto build_step = [&](int b) {
+            const int ks = b % kKSlots, vs = b % kVtSlots;
+            mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
+            if (kSplitLR) mbar_wait(bars + (kBarKFullR + ks) * 8, (u32)(b / kKSlots) & 1u);
+            if (b >= kVtSlots) {
+                mbar_wait(bars + (kBarVtEmpty + vs) * 8, (u32)(b / kVtSlots - 1) & 1u);
+            }
+#ifndef EXP_NO_VT_BUILD
+            build_vt<D_QK>(sk + ks * L::kTileBytes, svt + vs * kVtBytes, pw, lane);
+#endif
+            fence_proxy_async();  // V^T is read by wgmma (async proxy)
+            mbar_arrive(bars + (kBarVtFull + vs) * 8);
+            mbar_arrive(bars + (kBarKEmpty + ks) * 8);
+            if (kSplitLR) mbar_arrive(bars + (kBarKEmptyR + ks) * 8);
+        };
+        load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_pairs > 0);
+        if (num_pairs > 0) mbar_arrive_cp_async(bars + kBarQFull * 8);
         int idx[2], nxt[2];  // indices of this step's block and of the next one
 #pragma unroll
-        for (int grp = 0; grp < 2; ++grp) idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
+        for (int grp = 0; grp < 2; ++grp) {
+            idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
+        }
+        // One loop for the whole warpgroup: step st issues the gathers of block st, then builds
+        // V^T of block st - kBuildLag (whose rows have had a step to land). kBuildLag < kKSlots:
+        // the gathers of block st need the build of block st - kKSlots, done a step earlier.
+        constexpr int kBuildLag = kKSlots - 1;
         for (int st = 0; st < num_blocks + kBuildLag; ++st) {
-            if (st < num_blocks) {
-                // The next block's indices load while this step waits for its K slot.
-#pragma unroll
-                for (int grp = 0; grp < 2; ++grp) {
-                    nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
-                }
-                if (st >= kKSlots) {
-                    mbar_wait(bars + (kBarKEmpty + st % kKSlots) * 8, (u32)(st / kKSlots - 1) & 1u);
-                }
-                gather.issue_block(st, idx);
-#pragma unroll
-                for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
-            }
-            const int b = st - kBuildLag;
-            if (b >= 0) {
-                const int ks = b % kKSlots, vs = b % kVtSlots;
-                mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
-                if (b >= kVtSlots) {
-                    mbar_wait(bars + (kBarVtEmpty + vs) * 8, (u32)(b / kVtSlots - 1) & 1u);
-                }
-#ifndef EXP_NO_VT_BUILD
-                build_vt<D_QK>(sk + ks * L::kTileBytes, svt + vs * kVtBytes, pw, lane);
-#endif
-                fence_proxy_async();  // V^T is read by wgmma (async proxy)
-                mbar_arrive(bars + (kBarVtFull + vs) * 8);
-                mbar_arrive(bars + (kBarKEmpty + ks) * 8);
-            }
+            if (st < num_blocks) gather_step(st, idx, nxt);
+            if (st - kBuildLag >= 0) build_step(st - kBuildLag);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
@@ -394,6 +440,13 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
 #pragma unroll
                 for (int i = 0; i < 32; ++i) src[i] += dst[i];
             }
+            if (kSplitLR && c == kLeftChunks) {
+                // S is past the left part (every chunk before this one is done): it goes back
+                // to the producer, and the right part must have landed.
+                mbar_arrive(bars + (kBarKEmpty + slot) * 8);
+                mbar_wait(bars + (kBarKFullR + slot) * 8, (u32)(b / kKSlots) & 1u);
+                fence_proxy_async();
+            }
             issue_qk_chunk(dst, k_desc, c);
             // P.V of the pair before went in as one commit group per block: once the group of
             // block c is done, its V^T slot goes back to the producer.
@@ -412,7 +465,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
 #pragma unroll
             for (int i = 0; i < 32; ++i) s_cur[i] += s_next[i];
         }
-        mbar_arrive(bars + (kBarKEmpty + b % kKSlots) * 8);
+        mbar_arrive(bars + ((kSplitLR ? kBarKEmptyR : kBarKEmpty) + b % kKSlots) * 8);
     };
 
     // ---- softmax of this warpgroup's block of pair t (S in s_cur): P -> P tile t % 2 (e4m3,
@@ -524,7 +577,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         for (int kb = 0; kb < 2; ++kb) {
             const int vs = kVtSlots == 2 ? kb : vt_slot(2 * t + kb);
             const u64 vt_desc =
-                make_smem_desc(svt + (u32)(vs * kVtBytes + wg * (kVtBytes / 2)), 128, 512);
+                make_smem_desc(svt + (u32)(vs * kVtBytes + wg * (kVtBytes / 2)), 128,
+                               kVtGroupStride);
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks) {
                 wgmma_pv(o, p_desc + (u64)((2 * kb + ks) * 16), vt_desc + (u64)(ks * 16));
