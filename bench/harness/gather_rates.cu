@@ -228,6 +228,10 @@ int main() {
                 128, 4 * 64 * kD, grid, kv, idx, tiles, sink, bytes);
             row("cp.async 8 rows x 64 B, 2 slots, 128 threads", gather_cp_async<0, 2, 128>, 128,
                 2 * 64 * kD, grid, kv, idx, tiles, sink, bytes);
+            // The depth the published-structure experiment has: two slots, one CTA a SM (its
+            // shared memory asked for as 120 KB, so two CTAs cannot share an SM).
+            row("cp.async 8 rows x 64 B, 2 slots, 128 threads, 1 CTA per SM",
+                gather_cp_async<0, 2, 128>, 128, 120 * 1024, grid, kv, idx, tiles, sink, bytes);
             row("cp.async 4 rows x 128 B, 4 slots, 128 threads", gather_cp_async<1, 4, 128>, 128,
                 4 * 64 * kD, grid, kv, idx, tiles, sink, bytes);
             row("bulk copy per row, 4 stages of 32 rows, 4 warps", gather_bulk<4>, 128,

@@ -8,7 +8,9 @@
 // the harness's 64-head candidate: `bench/harness/build.sh kernels/sparse_mla_narrow.cu
 // bench/harness/sparse_mla_wide_vt.cu`, then `harness check widecand`, `harness time-wide`.
 // Timing-only switches (wrong results): -DEXP_NO_GATHER_READ (every gather copy zero-fills,
-// no global read), -DEXP_NO_VT_BUILD (V^T slots released without being written). Structural
+// no global read), -DEXP_HALF_ROWS (only tokens 0 … 31 of each block read, the rest zero-filled:
+// what one CTA of a 2-CTA cluster sharing its gathers would read; not yet run on a GPU),
+// -DEXP_NO_VT_BUILD (V^T slots released without being written). Structural
 // switches (correct, measured): -DEXP_K3_VT2 (three K slots and two V^T slots, the first
 // layout), -DEXP_LR (each K slot in two parts on barriers of their own). The harness build
 // takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_LR'; cat
@@ -190,8 +192,10 @@ struct Gather {
             const int token = 16 * pw + 8 * grp + (lane & 7);
             const bool valid = idx[grp] >= 0 && idx[grp] < s_kv;
             const u8* src = kv + (valid ? (i64)idx[grp] * D_QK : (i64)0) + (lane >> 3) * 16;
-#ifdef EXP_NO_GATHER_READ
+#if defined(EXP_NO_GATHER_READ)
             const u32 n = 0u;
+#elif defined(EXP_HALF_ROWS)
+            const u32 n = valid && pw < 2 ? 16u : 0u;  // tokens 32 … 63 zero-filled
 #else
             const u32 n = valid ? 16u : 0u;
 #endif
