@@ -62,6 +62,20 @@ constexpr bool kSplitLR = true;
 #else
 constexpr bool kSplitLR = false;
 #endif
+// -DEXP_CLUSTER2 (built, not yet run on a GPU): CTAs in clusters of two. When a query row has
+// two head tiles (128 heads), its two CTAs form a cluster and share the gathers: CTA `tile`
+// gathers token groups 4 tile … 4 tile + 3 of every block (32 rows, one contiguous span of the K
+// slot) and copies them into its peer's slot with one shared-to-shared bulk copy, so each CTA
+// reads half the rows. With one head tile a row nothing is shared (an odd grid gets one idle
+// CTA). bench/NOTES.md, "Two K slots, and what bounds the experiment now", lead 1.
+#ifdef EXP_CLUSTER2
+constexpr bool kCluster2 = true;
+#define EXP_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
+#else
+constexpr bool kCluster2 = false;
+#define EXP_CLUSTER_DIMS
+#endif
+static_assert(!(kCluster2 && kSplitLR), "the shared gathers complete whole K slots");
 constexpr int kLeftQ = 5;              // 64-channel gather columns in the left part
 constexpr int kLeftChunks = 3;         // S chunks (96 channels each) inside the left part
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
@@ -96,7 +110,8 @@ struct Smem {
     static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
     static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
     static constexpr int kBytes =
-        kBars + (1 + 2 * kKSlots + 2 * kVtSlots + (kSplitLR ? 2 * kKSlots : 0)) * 8;
+        kBars + (1 + 2 * kKSlots + 2 * kVtSlots + (kSplitLR ? 2 * kKSlots : 0) +
+                 (kCluster2 ? 2 * kKSlots : 0)) * 8;
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
@@ -108,6 +123,49 @@ constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
 // With kSplitLR, kBarKFull / kBarKEmpty are the left parts' and these the right parts'.
 constexpr int kBarKFullR = kBarVtEmpty + kVtSlots;  // [kKSlots]
 constexpr int kBarKEmptyR = kBarKFullR + kKSlots;   // [kKSlots]
+// With kCluster2 (and not kSplitLR): this CTA's own half of a K slot has landed, and the peer's
+// K slot is free for this CTA's copy into it (arrived by the peer).
+constexpr int kBarHalfFull = kBarKFullR;            // [kKSlots]
+constexpr int kBarPeerFree = kBarHalfFull + kKSlots;  // [kKSlots]
+
+// Cluster helpers (kCluster2).
+__device__ __forceinline__ u32 peer_addr(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_remote(u32 cluster_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar)
+                 : "memory");
+}
+// Arrives once and adds `bytes` to the transaction count of the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// `bytes` from this CTA's shared memory into a peer's (cluster address), completing as
+// transaction bytes on the peer's mbarrier `cluster_bar`.
+__device__ __forceinline__ void bulk_copy_s2peer(u32 cluster_dst, u32 src, u32 bytes,
+                                                 u32 cluster_bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];" ::"r"(cluster_dst),
+        "r"(src), "r"(bytes), "r"(cluster_bar)
+        : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+}
 
 // Stores four 8x8 b16 matrices (row addresses from lanes 8i … 8i + 7 for matrix i).
 __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
@@ -212,6 +270,41 @@ struct Gather {
     __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
         issue_part(b, idx, 0, L::kChunks / 4, bars + (kBarKFull + b % kKSlots) * 8);
     }
+    // Shared gathers (kCluster2, two head tiles): warp pw copies token group 4 rank + pw of
+    // block b (idx[0]) and only tests token group 4 (1 - rank) + pw (idx[1]), which the peer
+    // copies, for the validity mask (one byte per token group). Completes on the half-full
+    // barrier (this CTA's rows) and on k_full, which also waits for the peer's copy.
+    __device__ __forceinline__ int load_index_shared(int b, int grp, int rank) const {
+        const int group = grp == 0 ? 4 * rank + pw : 4 * (1 - rank) + pw;
+        const int j = b * kTokensPerBlock + 8 * group + (lane & 7);
+        return j < valid_len ? __ldg(idx_row + j) : -1;
+    }
+    __device__ __forceinline__ void issue_shared(int b, const int (&idx)[2], int rank) const {
+        const int slot = b % kKSlots;
+        const int token = 8 * (4 * rank + pw) + (lane & 7);
+        const bool valid = idx[0] >= 0 && idx[0] < s_kv;
+        const u8* src = kv + (valid ? (i64)idx[0] * D_QK : (i64)0) + (lane >> 3) * 16;
+#if defined(EXP_NO_GATHER_READ)
+        const u32 n = 0u;
+#else
+        const u32 n = valid ? 16u : 0u;
+#endif
+        const u32 dst = k_base + slot * L::kTileBytes + (token >> 3) * L::kRowGroupBytes +
+                        (token & 7) * 16 + (lane >> 3) * 128;
+#pragma unroll
+        for (int q = 0; q < L::kChunks / 4; ++q) cp_async_16(dst + q * 512, src + q * 64, n);
+        const u32 own = __ballot_sync(0xffffffffu, valid) & 0xffu;
+        const u32 other = __ballot_sync(0xffffffffu, idx[1] >= 0 && idx[1] < s_kv) & 0xffu;
+        if (lane == 0) {
+            u8* mask8 = reinterpret_cast<u8*>(mask16) + slot * 8;
+            mask8[4 * rank + pw] = (u8)own;
+            mask8[4 * (1 - rank) + pw] = (u8)other;
+        }
+        mbar_arrive_cp_async(bars + (kBarHalfFull + slot) * 8);
+        const u32 full = bars + (kBarKFull + slot) * 8;
+        mbar_arrive_cp_async(full);
+        mbar_arrive(full);
+    }
 };
 
 // V^T build (the four producer warps): warp pw writes tokens 32(pw % 2) … + 31 and value columns
@@ -258,7 +351,7 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
 }  // namespace sparse_mla
 
 template <int D_QK, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
-__global__ void __launch_bounds__(sparse_mla::kThreads, 1)
+__global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
     sparse_mla_prefill_kernel(const SparseMlaParams p) {
     using namespace sparse_mla;
     using L = Smem<D_QK>;
@@ -273,6 +366,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const u32 sp = smem_base + L::kP;
     const u32 bars = smem_base + L::kBars;
 
+    // kCluster2: an idle CTA pads an odd grid (it shares nothing: only two head tiles a row
+    // share their gathers, and their grid is even).
+    if (kCluster2 && blockIdx.x >= (unsigned)(p.head_tiles * p.s_q)) return;
     const int tile = blockIdx.x % p.head_tiles;
     const int row_i = blockIdx.x / p.head_tiles;
     const int warp = threadIdx.x >> 5;
@@ -283,10 +379,17 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const int num_blocks = HAVE_TOPK_LENGTH ? ((valid_len + 127) / 128) * 2 : p.topk / 64;
     const int num_pairs = num_blocks / 2;
 
+    const bool share = kCluster2 && p.head_tiles == 2;
+    const u32 rank = (u32)tile;  // with two tiles a row, the CTA's rank in its cluster
     if (threadIdx.x == 0) {
         mbar_init(bars + kBarQFull * 8, 128);
         for (int s = 0; s < kKSlots; ++s) {
-            mbar_init(bars + (kBarKFull + s) * 8, 256);   // 128 cp.async-tracked + 128 plain
+            // 128 cp.async-tracked + 128 plain (+ 1 with the peer's copy's bytes when shared)
+            mbar_init(bars + (kBarKFull + s) * 8, share ? 257 : 256);
+            if (kCluster2) {
+                mbar_init(bars + (kBarHalfFull + s) * 8, 128);
+                mbar_init(bars + (kBarPeerFree + s) * 8, 1);
+            }
             mbar_init(bars + (kBarKEmpty + s) * 8, 256);  // owner warpgroup + V^T build
             if (kSplitLR) {
                 mbar_init(bars + (kBarKFullR + s) * 8, 256);
@@ -297,8 +400,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             mbar_init(bars + (kBarVtFull + s) * 8, 128);
             mbar_init(bars + (kBarVtEmpty + s) * 8, 256);
         }
+        if (kCluster2) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    if (share) cluster_sync();  // the peer's barriers exist before any remote arrival or copy
 
     if (warp >= 8) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
@@ -314,18 +419,38 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         gather.s_kv = p.s_kv;
         gather.pw = pw;
         gather.lane = lane;
+        // The index of row grp of this lane in block b (shared gathers: idx[0] is copied here,
+        // idx[1] by the peer).
+        auto block_index = [&](int b, int grp) -> int {
+            if constexpr (kCluster2) {
+                if (share) return gather.load_index_shared(b, grp, (int)rank);
+            }
+            return gather.load_index(b, grp);
+        };
         // The gathers of block st wait for K slot st % kKSlots to be released by S and by the
         // V^T build of block st - kKSlots.
         auto gather_step = [&](int st, int (&idx)[2], int (&nxt)[2]) {
             // The next block's indices load while this step waits for its K slot.
 #pragma unroll
             for (int grp = 0; grp < 2; ++grp) {
-                nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
+                nxt[grp] = st + 1 < num_blocks ? block_index(st + 1, grp) : -1;
             }
             const int ks = st % kKSlots;
             const u32 parity = (u32)(st / kKSlots - 1) & 1u;
             if (st >= kKSlots) mbar_wait(bars + (kBarKEmpty + ks) * 8, parity);
-            if constexpr (kSplitLR) {
+            if (share) {
+                // This CTA's slot is free for the peer's copy; the peer's slot must be free for
+                // ours (which also means our copy of block st - kKSlots out of this slot is done).
+                const u32 peer_free = bars + (kBarPeerFree + ks) * 8;
+                if (st >= kKSlots) {
+                    if (pt == 0) mbar_arrive_remote(peer_addr(peer_free, rank ^ 1u));
+                    mbar_wait_cluster(peer_free, parity);
+                }
+                if (pt == 0) {
+                    mbar_arrive_expect_tx(bars + (kBarKFull + ks) * 8, 4 * L::kRowGroupBytes);
+                }
+                gather.issue_shared(st, idx, (int)rank);
+            } else if constexpr (kSplitLR) {
                 gather.issue_part(st, idx, 0, kLeftQ, bars + (kBarKFull + ks) * 8);
                 if (st >= kKSlots) mbar_wait(bars + (kBarKEmptyR + ks) * 8, parity);
                 gather.issue_part(st, idx, kLeftQ, L::kChunks / 4, bars + (kBarKFullR + ks) * 8);
@@ -338,6 +463,14 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
         auto build_step = [&](int b) {
             const int ks = b % kKSlots, vs = b % kVtSlots;
+            if (share && pt == 0) {
+                // Our rows of block b have landed: one copy of them into the peer's slot.
+                mbar_wait(bars + (kBarHalfFull + ks) * 8, (u32)(b / kKSlots) & 1u);
+                fence_proxy_async();  // cp.async writes, read by the bulk copy (async proxy)
+                const u32 half = sk + ks * L::kTileBytes + rank * 4 * L::kRowGroupBytes;
+                bulk_copy_s2peer(peer_addr(half, rank ^ 1u), half, 4 * L::kRowGroupBytes,
+                                 peer_addr(bars + (kBarKFull + ks) * 8, rank ^ 1u));
+            }
             mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
             if (kSplitLR) mbar_wait(bars + (kBarKFullR + ks) * 8, (u32)(b / kKSlots) & 1u);
             if (b >= kVtSlots) {
@@ -356,7 +489,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         int idx[2], nxt[2];  // indices of this step's block and of the next one
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
-            idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
+            idx[grp] = num_blocks > 0 ? block_index(0, grp) : -1;
         }
         // One loop for the whole warpgroup: step st issues the gathers of block st, then builds
         // V^T of block st - kBuildLag (whose rows have had a step to land). kBuildLag < kKSlots:
@@ -367,6 +500,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             if (st - kBuildLag >= 0) build_step(st - kBuildLag);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
+        if (share) cluster_sync();  // no CTA leaves while its peer may still copy into it
         return;
     }
 
@@ -659,4 +793,5 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
                 pack_bf16x2(o[4 * j + 2 * h] * out_scale[h], o[4 * j + 2 * h + 1] * out_scale[h]);
         }
     }
+    if (share) cluster_sync();  // no CTA leaves while its peer may still copy into it
 }

@@ -33,7 +33,11 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         once = true;
     }
-    k<<<p.head_tiles * p.s_q, sparse_mla::kThreads, bytes, st>>>(p);
+    int ctas = p.head_tiles * p.s_q;
+#ifdef EXP_CLUSTER2
+    ctas += ctas & 1;  // the experiment's clusters of two CTAs: one idle CTA pads an odd grid
+#endif
+    k<<<ctas, sparse_mla::kThreads, bytes, st>>>(p);
     return 0;
 }
 template <int D, bool L, bool S>
