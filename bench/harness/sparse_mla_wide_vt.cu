@@ -460,17 +460,23 @@ __global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
 #pragma unroll
             for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
         };
-        // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
-        auto build_step = [&](int b) {
-            const int ks = b % kKSlots, vs = b % kVtSlots;
-            if (share && pt == 0) {
-                // Our rows of block b have landed: one copy of them into the peer's slot.
+        // Shared gathers: once our rows of block b have landed, one copy of them into the peer's
+        // slot (thread 0, a step behind the gathers whatever the build's lag: the peer's k_full
+        // must not wait for a build that waits for a V^T slot).
+        auto copy_step = [&](int b) {
+            const int ks = b % kKSlots;
+            if (pt == 0) {
                 mbar_wait(bars + (kBarHalfFull + ks) * 8, (u32)(b / kKSlots) & 1u);
                 fence_proxy_async();  // cp.async writes, read by the bulk copy (async proxy)
                 const u32 half = sk + ks * L::kTileBytes + rank * 4 * L::kRowGroupBytes;
                 bulk_copy_s2peer(peer_addr(half, rank ^ 1u), half, 4 * L::kRowGroupBytes,
                                  peer_addr(bars + (kBarKFull + ks) * 8, rank ^ 1u));
             }
+            __syncwarp();
+        };
+        // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
+        auto build_step = [&](int b) {
+            const int ks = b % kKSlots, vs = b % kVtSlots;
             mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
             if (kSplitLR) mbar_wait(bars + (kBarKFullR + ks) * 8, (u32)(b / kKSlots) & 1u);
             if (b >= kVtSlots) {
@@ -497,6 +503,7 @@ __global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
         constexpr int kBuildLag = kKSlots - 1;
         for (int st = 0; st < num_blocks + kBuildLag; ++st) {
             if (st < num_blocks) gather_step(st, idx, nxt);
+            if (share && st >= 1 && st - 1 < num_blocks) copy_step(st - 1);
             if (st - kBuildLag >= 0) build_step(st - kBuildLag);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
