@@ -3,7 +3,8 @@
 # candle interop included), the candle example, the NVRTC compilation of every kernel
 # instantiation the crate uses (no GPU needed), lints of the candle CUDA interop (built with
 # candle's CUDA backend, whose kernels nvcc compiles from the pinned CUDA 13.0 wheels), and an
-# nvcc build of the kernel harness (bench/harness) with the same wheels.
+# nvcc build of the kernel harness (bench/harness) with the same wheels, and a model check of
+# the harness experiment's barrier protocol.
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
@@ -59,3 +60,5 @@ cargo run --quiet --example candle_layer --features candle
             -DVARIANT_WIDE=1 -c bench/harness/variant.cu -o target/harness/wide_vt.o
     done
 )
+# The experiment's barrier protocol, model-checked under random schedules (no GPU).
+python3 bench/harness/wide_vt_protocol.py
