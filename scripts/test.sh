@@ -53,7 +53,7 @@ cargo run --quiet --example candle_layer --features candle
     fi
     # The published-structure experiment (bench/harness/sparse_mla_wide_vt.cu, a 64-head
     # candidate for the harness) keeps compiling too, with its structural switches.
-    for defs in "" "-DEXP_K3_VT2 -DEXP_LR" "-DEXP_CLUSTER2"; do
+    for defs in "" "-DEXP_K3_VT2 -DEXP_LR" "-DEXP_CLUSTER2" "-DEXP_SW64 -DEXP_CLUSTER2"; do
         # shellcheck disable=SC2086 # the switches are separate words
         "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a $defs \
             -DVARIANT_NAME=wide_vt "-DVARIANT_FILE=\"$PWD/bench/harness/sparse_mla_wide_vt.cu\"" \

@@ -12,8 +12,10 @@
 // what one CTA of a 2-CTA cluster sharing its gathers would read; not yet run on a GPU),
 // -DEXP_NO_VT_BUILD (V^T slots released without being written). Structural
 // switches (correct, measured): -DEXP_K3_VT2 (three K slots and two V^T slots, the first
-// layout), -DEXP_LR (each K slot in two parts on barriers of their own). The harness build
-// takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_LR'; cat
+// layout), -DEXP_LR (each K slot in two parts on barriers of their own); built, not yet run:
+// -DEXP_CLUSTER2 (two head tiles of a row share their gathers), -DEXP_SW64 (K slots in the
+// 64-byte swizzle). Their barrier protocol is model-checked by wide_vt_protocol.py. The
+// harness build takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_LR'; cat
 // bench/harness/sparse_mla_wide_vt.cu) > lr.cu`, and build with lr.cu as the candidate.
 //
 // Launch: grid = head_tiles * s_q CTAs (CTA b: head tile b % head_tiles of query row
@@ -76,6 +78,16 @@ constexpr bool kCluster2 = false;
 #define EXP_CLUSTER_DIMS
 #endif
 static_assert(!(kCluster2 && kSplitLR), "the shared gathers complete whole K slots");
+// -DEXP_SW64 (built, not yet run on a GPU): K slots in the 64-byte-swizzled K-major layout
+// instead of the canonical one without swizzle. A gathered row's 64-byte piece then lands in 64
+// contiguous bytes (its 16-byte chunks permuted), where today each 16-byte chunk goes to its own
+// core matrix. The profile counts 32 shared-memory wavefronts per gather instruction, 8x the
+// ideal 4, and 62% of all the kernel's wavefronts (bench/NOTES.md).
+#ifdef EXP_SW64
+constexpr bool kSw64 = true;
+#else
+constexpr bool kSw64 = false;
+#endif
 constexpr int kLeftQ = 5;              // 64-channel gather columns in the left part
 constexpr int kLeftChunks = 3;         // S chunks (96 channels each) inside the left part
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
@@ -99,6 +111,19 @@ template <int D_QK>
 struct Smem {
     static constexpr int kChunks = D_QK / 16;
     static constexpr int kRowGroupBytes = 8 * D_QK;
+    // A K slot: byte offset of the 16-byte chunk `chunk` of token `token`, and the distance
+    // between 64-channel gather columns. Without swizzle: core matrices of 8 tokens x 16 bytes,
+    // token groups kRowGroupBytes apart. kSw64: columns of 64 channels, 4 KB each (64 tokens x
+    // 64 bytes, atoms of 8 tokens 512 bytes apart), chunk index XOR bits 1-2 of the token.
+    static constexpr u32 kColStride = kSw64 ? 4096u : 512u;
+    __device__ static __forceinline__ u32 k_chunk(int token, int chunk) {
+        if constexpr (kSw64) {
+            return (u32)((chunk >> 2) * 4096 + (token >> 3) * 512 + (token & 7) * 64 +
+                         (((chunk & 3) ^ ((token >> 1) & 3)) << 4));
+        } else {
+            return (u32)((token >> 3) * kRowGroupBytes + chunk * 128 + (token & 7) * 16);
+        }
+    }
     static constexpr int kTileBytes = kHeadsPerTile * D_QK;
     static constexpr int kQ = 0;                                // [64 heads][D_QK]
     static constexpr int kK = kQ + kTileBytes;                  // [kKSlots][64 tokens][D_QK]
@@ -165,6 +190,13 @@ __device__ __forceinline__ void bulk_copy_s2peer(u32 cluster_dst, u32 src, u32 b
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
                      : "memory");
+}
+
+// wgmma shared-memory descriptor of a K-major operand in the 64-byte swizzle (8-row atoms of
+// 512 bytes, `sbo` bytes apart; the leading offset is unused).
+__device__ __forceinline__ u64 make_smem_desc_sw64(u32 addr, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(sbo >> 4) << 32) |
+           ((u64)2 << 62);
 }
 
 // Stores four 8x8 b16 matrices (row addresses from lanes 8i … 8i + 7 for matrix i).
@@ -257,10 +289,9 @@ struct Gather {
 #else
             const u32 n = valid ? 16u : 0u;
 #endif
-            const u32 dst = dst_slot + (token >> 3) * L::kRowGroupBytes + (token & 7) * 16 +
-                            (lane >> 3) * 128;
+            const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
 #pragma unroll
-            for (int q = q0; q < q1; ++q) cp_async_16(dst + q * 512, src + q * 64, n);
+            for (int q = q0; q < q1; ++q) cp_async_16(dst + q * L::kColStride, src + q * 64, n);
             bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * grp);
         }
         if (q0 == 0 && lane == 0) mask16[slot * 4 + pw] = (u16)bits;
@@ -289,10 +320,11 @@ struct Gather {
 #else
         const u32 n = valid ? 16u : 0u;
 #endif
-        const u32 dst = k_base + slot * L::kTileBytes + (token >> 3) * L::kRowGroupBytes +
-                        (token & 7) * 16 + (lane >> 3) * 128;
+        const u32 dst = k_base + slot * L::kTileBytes + L::k_chunk(token, lane >> 3);
 #pragma unroll
-        for (int q = 0; q < L::kChunks / 4; ++q) cp_async_16(dst + q * 512, src + q * 64, n);
+        for (int q = 0; q < L::kChunks / 4; ++q) {
+            cp_async_16(dst + q * L::kColStride, src + q * 64, n);
+        }
         const u32 own = __ballot_sync(0xffffffffu, valid) & 0xffu;
         const u32 other = __ballot_sync(0xffffffffu, idx[1] >= 0 && idx[1] < s_kv) & 0xffu;
         if (lane == 0) {
@@ -321,6 +353,7 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     using L = Smem<D_QK>;
     const int bw = pw & 1;              // token half
     const int cc0 = (pw >> 1) * 16;     // first 16-column chunk of this warp
+    const int token = 8 * (4 * bw + (lane >> 3)) + (lane & 7);  // the row this lane addresses
     const u32 ld = k_slot + (u32)(4 * bw + (lane >> 3)) * L::kRowGroupBytes + (u32)(lane & 7) * 16;
     const int m = lane >> 3, r = lane & 7;
     const int n_off = 2 * r + (m & 1);                  // value column inside the 16-column chunk
@@ -336,7 +369,9 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
         u32 r[kBatch][4];
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
-            ldmatrix_x4_trans(ld + (u32)(cc + k) * 128, r[k][0], r[k][1], r[k][2], r[k][3]);
+            // chunk cc + k of this lane's token (cc is a multiple of 4)
+            const u32 at = kSw64 ? k_slot + L::k_chunk(token, cc + k) : ld + (u32)(cc + k) * 128;
+            ldmatrix_x4_trans(at, r[k][0], r[k][1], r[k][2], r[k][3]);
         }
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
@@ -468,9 +503,18 @@ __global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
             if (pt == 0) {
                 mbar_wait(bars + (kBarHalfFull + ks) * 8, (u32)(b / kKSlots) & 1u);
                 fence_proxy_async();  // cp.async writes, read by the bulk copy (async proxy)
-                const u32 half = sk + ks * L::kTileBytes + rank * 4 * L::kRowGroupBytes;
-                bulk_copy_s2peer(peer_addr(half, rank ^ 1u), half, 4 * L::kRowGroupBytes,
-                                 peer_addr(bars + (kBarKFull + ks) * 8, rank ^ 1u));
+                const u32 peer_full = peer_addr(bars + (kBarKFull + ks) * 8, rank ^ 1u);
+                if constexpr (kSw64) {
+                    // our 32 rows are the first or second 2 KB of every 4 KB column
+                    for (int q = 0; q < L::kChunks / 4; ++q) {
+                        const u32 half = sk + ks * L::kTileBytes + q * 4096 + rank * 2048;
+                        bulk_copy_s2peer(peer_addr(half, rank ^ 1u), half, 2048, peer_full);
+                    }
+                } else {
+                    const u32 half = sk + ks * L::kTileBytes + rank * 4 * L::kRowGroupBytes;
+                    bulk_copy_s2peer(peer_addr(half, rank ^ 1u), half, 4 * L::kRowGroupBytes,
+                                     peer_full);
+                }
             }
             __syncwarp();
         };
@@ -549,7 +593,10 @@ __global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int ks = c * kQkChunkSteps; ks < (c + 1) * kQkChunkSteps && ks < kQkSteps; ++ks) {
-            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16),
+            // K's k-step ks (32 channels): the next core-matrix pair, or with kSw64 half a
+            // 64-byte swizzle row, columns 4 KB apart (descriptor units of 16 bytes)
+            const u64 k_step = kSw64 ? (u64)((ks >> 1) * 256 + (ks & 1) * 2) : (u64)(ks * 16);
+            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + k_step,
                      ks > c * kQkChunkSteps ? 1u : 0u);
         }
         wgmma_commit();
@@ -571,7 +618,8 @@ __global__ void EXP_CLUSTER_DIMS __launch_bounds__(sparse_mla::kThreads, 1)
         fence_proxy_async();
         // The validity mask is read now: s_finish releases the slot, and with it the mask.
         s_mask = *reinterpret_cast<const u64*>(mask16 + slot * 4);
-        const u64 k_desc = make_smem_desc(sk + slot * L::kTileBytes, 128, L::kRowGroupBytes);
+        const u64 k_desc = kSw64 ? make_smem_desc_sw64(sk + slot * L::kTileBytes, 512)
+                                 : make_smem_desc(sk + slot * L::kTileBytes, 128, L::kRowGroupBytes);
 #pragma unroll
         for (int c = 0; c < kQkChunks; ++c) {
             float (&dst)[32] = (kQkChunks - 1 - c) % 2 == 0 ? s_cur : s_next;
