@@ -14,9 +14,9 @@
 // switches (correct, measured): -DEXP_K3_VT2 (three K slots and two V^T slots, the first
 // layout), -DEXP_LR (each K slot in two parts on barriers of their own); built, not yet run:
 // -DEXP_CLUSTER2 (two head tiles of a row share their gathers), -DEXP_SW64 (K slots in the
-// 64-byte swizzle). Their barrier protocol is model-checked by wide_vt_protocol.py. The
-// harness build takes no defines: prepend one to a copy, e.g. `(echo '#define EXP_LR'; cat
-// bench/harness/sparse_mla_wide_vt.cu) > lr.cu`, and build with lr.cu as the candidate.
+// 64-byte swizzle). Their barrier protocol is model-checked by wide_vt_protocol.py. Build
+// switched copies beside the harness with HARNESS_WIDE_SWITCHES (bench/harness/build.sh), e.g.
+// "EXP_SW64;EXP_LR" gives harness-EXP_SW64 and harness-EXP_LR.
 //
 // Launch: grid = head_tiles * s_q CTAs (CTA b: head tile b % head_tiles of query row
 // b / head_tiles), 384 threads, one CTA per SM, dynamic shared memory Smem<D_QK>::kBytes
