@@ -93,8 +93,27 @@ constexpr int kLeftChunks = 3;         // S chunks (96 channels each) inside the
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
 static_assert(kLeftChunks * kQkChunkSteps * 32 <= kLeftQ * 64, "left S chunks past the left part");
 // V^T core-matrix groups (8 value columns x 64 positions, 512 bytes) lie kVtGroupStride apart.
+// -DEXP_VT_PAD: 528, so the eight rows of one stmatrix matrix (value columns 2r + parity, which
+// span two groups) fall in eight different 16-byte bank groups; at 512 they meet pairwise (the
+// profile counts twice the ideal wavefronts for every stmatrix).
+#ifdef EXP_VT_PAD
+constexpr int kVtGroupStride = 528;
+#else
 constexpr int kVtGroupStride = 512;
-constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 32768
+#endif
+constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 32768 (33792)
+// The V^T build's loop: -DEXP_BUILD_PIPE issues the ldmatrix of the next four chunks before the
+// stores of the current four; -DEXP_BUILD_BATCH8 loads eight chunks, then stores them.
+#ifdef EXP_BUILD_PIPE
+constexpr bool kBuildPipe = true;
+#else
+constexpr bool kBuildPipe = false;
+#endif
+#ifdef EXP_BUILD_BATCH8
+constexpr int kBuildBatch = 8;
+#else
+constexpr int kBuildBatch = 4;
+#endif
 constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
 // setmaxnreg: 224 * 256 + 56 * 128 = 64512 = 168 * 384, the pool the launch allocated. An
 // increase past the pool waits forever (64 producer registers hung the kernel), and the published
@@ -360,25 +379,47 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     const int kc = 2 * bw + (m >> 1);                   // 16-position chunk
     const u32 st =
         vt_slot + (u32)(n_off >> 3) * kVtGroupStride + (u32)kc * 128 + (u32)(n_off & 7) * 16;
-    // Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
-    // statements keep program order, so a load after a store would wait for it).
-    constexpr int kBatch = 4;
-    // (Unrolled, with immediate offsets, it measured 11% slower.)
+    // chunk c's ldmatrix of this lane's token, and its permutes and stmatrix
+    auto load = [&](int c, u32 (&v)[4]) {
+        const u32 at = kSw64 ? k_slot + L::k_chunk(token, c) : ld + (u32)c * 128;
+        ldmatrix_x4_trans(at, v[0], v[1], v[2], v[3]);
+    };
+    auto store = [&](int c, const u32 (&v)[4]) {
+        stmatrix_x4(st + (u32)c * 2 * kVtGroupStride, byte_perm(v[0], v[1], 0x6420u),
+                    byte_perm(v[0], v[1], 0x7531u), byte_perm(v[2], v[3], 0x6420u),
+                    byte_perm(v[2], v[3], 0x7531u));
+    };
+    constexpr int kEnd = kDV / 32;  // 16-column chunks a warp builds
+    if constexpr (kBuildPipe) {
+        // Two batches of four chunks in turn: the loads of one batch are in flight while the
+        // other batch is permuted and stored.
+        u32 a[4][4], b[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) load(cc0 + k, a[k]);
 #pragma unroll 1
-    for (int cc = cc0; cc < cc0 + kDV / 32; cc += kBatch) {
-        u32 r[kBatch][4];
+        for (int cc = cc0; cc < cc0 + kEnd; cc += 8) {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            // chunk cc + k of this lane's token (cc is a multiple of 4)
-            const u32 at = kSw64 ? k_slot + L::k_chunk(token, cc + k) : ld + (u32)(cc + k) * 128;
-            ldmatrix_x4_trans(at, r[k][0], r[k][1], r[k][2], r[k][3]);
+            for (int k = 0; k < 4; ++k) load(cc + 4 + k, b[k]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) store(cc + k, a[k]);
+            if (cc + 8 < cc0 + kEnd) {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) load(cc + 8 + k, a[k]);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) store(cc + 4 + k, b[k]);
         }
+    } else {
+        // kBatch chunks at a time: their ldmatrix first, then the permutes and stores (the asm
+        // statements keep program order, so a load after a store would wait for it).
+        // (Unrolled, with immediate offsets, it measured 11% slower.)
+#pragma unroll 1
+        for (int cc = cc0; cc < cc0 + kEnd; cc += kBuildBatch) {
+            u32 v[kBuildBatch][4];
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            stmatrix_x4(st + (u32)(cc + k) * 2 * kVtGroupStride,
-                        byte_perm(r[k][0], r[k][1], 0x6420u),
-                        byte_perm(r[k][0], r[k][1], 0x7531u), byte_perm(r[k][2], r[k][3], 0x6420u),
-                        byte_perm(r[k][2], r[k][3], 0x7531u));
+            for (int k = 0; k < kBuildBatch; ++k) load(cc + k, v[k]);
+#pragma unroll
+            for (int k = 0; k < kBuildBatch; ++k) store(cc + k, v[k]);
         }
     }
 }
