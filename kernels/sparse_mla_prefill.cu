@@ -1,266 +1,265 @@
-// shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for sm_90a (wgmma).
-// Semantics: spec KERNELS.md §3.3. Prepended by the library: common.cuh.
+// shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for sm_90a in 64-head tiles (wgmma).
+// Semantics: spec KERNELS.md §3.3. Prepended by the library: common.cuh, sparse_mla_common.cuh.
+// The library runs it for more than 32 heads when topk is at least 1024 (the narrow kernel's
+// 64-head tiles are faster below: bench/NOTES.md), and for every head count with
+// `HeadTiling::Tiles64`.
 //
-// ================================================================================================
-// Launch shape (the Rust side mirrors these formulas exactly)
-// ================================================================================================
+// Launch (the Rust side mirrors these formulas): grid = head_tiles * s_q CTAs, 1-D (CTA b: head
+// tile b % head_tiles, heads 64 tile … 64 tile + 63, of query row b / head_tiles), 384 threads,
+// one CTA per SM, dynamic shared memory 192 * D_QK + 119400 bytes (229992 at d_qk 576, 217704
+// at 512; no static shared memory).
 //
-//   grid  = head_tiles * s_q CTAs, 1-D; head_tiles = ceil(h_q / 64). CTA b handles head tile
-//           b % head_tiles (heads 64*tile … 64*tile+63) of query row b / head_tiles.
-//   block = 384 threads (3 warpgroups), one CTA per SM.
-//   dynamic shared memory = 320 * D_QK + 18304 bytes:
-//           D_QK = 576 -> 202624 bytes,   D_QK = 512 -> 182144 bytes
-//           (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it; no static shared memory).
+// Structure. Warpgroups 0 and 1 are the consumers; warpgroup 2 is the producer (setmaxnreg 56,
+// the consumers 224), one loop for its four warps: step s issues the 16-byte cp.async gathers of
+// block s (64 tokens) into a K slot, then builds V^T of block s - 1 (whose rows have had a step
+// to land) in shared memory from its K slot (ldmatrix.trans, byte permutes, stmatrix). Blocks
+// go in pairs; consumer warpgroup w owns block 2t + w of pair t for S = Q.K^T (m64n64k32, both
+// operands in shared memory) and its softmax, and value columns 256w … 256w + 255 of both
+// blocks for O = P.V (m64n256k32, P and V^T both from shared memory), so the heads are the rows
+// of both accumulators and a thread's softmax statistics are those of its two O rows (no
+// cross-warp exchange inside a warpgroup).
+// Per pair t a consumer issues P.V of pair t (one commit group per block), then S of its block
+// of pair t + 1, releasing each V^T slot as soon as its P.V group is done, then the softmax of
+// pair t + 1.
+// Buffers: K slots [2] (released after S and after the V^T build), V^T slots [3] (released after
+// P.V of both warpgroups), P [2] (by pair parity): everything the shared memory holds at 576.
+// Layouts (wgmma K-major operands):
+// * K slots in the 64-byte swizzle: columns of 64 channels, 4 KB each (64 tokens x 64 bytes,
+//   atoms of 8 tokens 512 bytes apart), 16-byte chunk index XOR bits 1-2 of the token. A
+//   gathered row's 64-byte piece lands in 64 contiguous bytes (the canonical layout without
+//   swizzle scatters it over four core matrices: 3.7x the shared-memory wavefronts, and
+//   502 against 667 TFLOP/s at 128 heads / 576 / topk 2048).
+// * Q tile: the canonical layout without swizzle (core matrices of 8 rows x 16 bytes).
+// * V^T slots: [512 value columns][64 positions], canonical without swizzle, core-matrix groups
+//   of 8 value columns 528 bytes apart (not 512, so the eight rows of one stmatrix matrix fall
+//   in eight bank groups: +7% over 512).
+// * P tiles: [64 heads][128 positions of the pair], canonical.
+// Numerics: S promoted to f32 registers every 96 channels (3 k-steps); the softmax keeps a
+// reference max m_ref that moves only in a pair where some score exceeds it by more than the
+// headroom (the narrow kernel's rule; both warpgroups vote with one barrier and keep the
+// speculative weights otherwise); P in e4m3 (satfinite, nearest even), sums from f32 weights.
+// Safety: an index outside [0, s_kv) or past topk_length gathers nothing (zero-filled copy,
+// masked out of the softmax); heads past h_q load zeros and store nothing.
 //
-// ================================================================================================
-// Design
-// ================================================================================================
-//
-// One CTA = one query row i and one tile of 64 heads. It walks the row's top-k list in blocks of 64
-// tokens, two blocks ("a pair", 128 tokens) per step; the number of blocks is topk/64, or
-// 2*ceil(L_i/128) with topk_length (only those blocks can hold valid tokens).
-//
-// Warp roles (warpgroup = 4 consecutive warps):
-// * WG2, the producer (128 threads, setmaxnreg down to 56 registers): loads the Q tile once, then
-//   gathers the 64 K rows of every block (d_qk bytes each) with 16-byte cp.async into K slot b % 4
-//   (4 slots = two pairs in flight). An invalid entry (idx < 0, idx >= s_kv, or j >= L_i) issues its
-//   cp.async with source size 0: the row is zero-filled and global memory is never read for it.
-//   Completion is tracked by mbarrier k_full[slot] (cp.async.mbarrier.arrive.noinc, plus one plain
-//   arrive per thread that publishes the block's 64-bit validity mask). Indices are loaded 4 blocks
-//   ahead into registers, so no index load latency sits on the gather issue path.
-// * WG0 and WG1, the consumers (setmaxnreg up to 224). WG w owns block 2t+w of pair t for Q.K^T
-//   and the softmax, and output columns d = 256w … 256w+255 for the P.V product of both blocks:
-//   - S = Q.K^T: 64 heads x 64 tokens, d_qk/32 wgmma m64n64k32 e4m3, both operands in shared
-//     memory, in chunks of 3 k-steps (96 channels), each into a fresh accumulator and promoted to
-//     an f32 register sum (Numerics). Chunk 0 of pair t+1 is issued right behind the P.V of
-//     pair t, so the tensor cores run both back to back; the other chunks run at the top of
-//     iteration t+1, alternating between the two 32-register S buffers (s_cur / s_next): chunk c
-//     goes into the buffer not holding the running sum, which is then added to it, and the
-//     parity is chosen so that the last chunk lands in s_cur. No third accumulator is needed,
-//     so the register peak stays O^T (128) + two S buffers (64), as before.
-//   - Online softmax in the log2 domain. The running row max is shared by both WGs (block maxima
-//     exchanged through shared memory every pair), so both use the same max and rescale factor.
-//   - P (e4m3) is written to shared memory transposed, P^T[64 heads][128 tokens of the pair].
-//   - P.V is computed transposed, O^T = V^T . P^T (M = value columns, N = 64 heads, K = tokens):
-//     FP8 wgmma needs both shared-memory operands K-major (token-contiguous) and cannot transpose,
-//     and V arrives token-major; P^T is naturally K-major, and V^T is fed from registers: one
-//     ldmatrix.x4.trans straight from the K slot plus four prmt build one m64k32 A fragment. So V
-//     is never transposed in shared memory. Per pair each WG issues 4 (M tiles of 64 columns) x 4
-//     (k-steps of 32 tokens) wgmma m64n64k32; O^T is 4 x 32 f32 registers per thread.
-//   - Epilogue: row sums combined across the WGs; out = O * kv_scale / (sum + sink term) -> bf16;
-//     WG0 writes max_logits and lse (natural log).
-//
-// Index permutations (both free, no data movement):
-// * Tokens inside a 32-token k-step: the e4m3 A fragment of thread (g = lane/4, t0 = lane%4) holds
-//   k = 4*t0 + 0..3 and 16 + 4*t0 + 0..3. We let logical position p = 16*v2 + 4*t0 + v hold token
-//   16*v2 + 8*(v>>1) + 2*t0 + (v&1): then (a) ldmatrix.trans (2x2-byte blocks of tokens 2t0, 2t0+1)
-//   gives exactly these tokens, and (b) in the S accumulator (columns 8*j + 2*t0 + 0..1) the 4 bytes
-//   of P^T positions 4*t0 … 4*t0+3 of every 16-token group belong to one thread (one 4-byte store).
-// * Value columns inside a 16-column chunk: A-fragment row g holds column 2g, row g+8 column 2g+1
-//   (what ldmatrix.trans delivers). So thread (g, t0) owns output columns 2g and 2g+1: one packed
-//   bf16x2 store per head.
-//
-// Shared-memory layouts (wgmma "no swizzle" canonical K-major: core matrix = 8 rows x 16 bytes,
-// 128 contiguous bytes; LBO = distance between core matrices along K, SBO = along M/N):
-// * Q tile and each K slot: [64 rows][d_qk] -> byte (r/8)*(8*d_qk) + (c/16)*128 + (r%8)*16 + c%16;
-//   LBO = 128, SBO = 8*d_qk; a k-step (32 columns) advances the start address by 256 bytes.
-//   The cp.async of 8 consecutive tokens x 16 bytes fill one core matrix (conflict-free), and the
-//   ldmatrix of 8 consecutive tokens read one.
-// * P^T buffer: [64 heads][128 positions] -> (h/8)*1024 + (p/16)*128 + (h%8)*16 + p%16;
-//   LBO = 128, SBO = 1024; k-step ks at 256*ks. Double-buffered by pair parity.
-//
-// Synchronisation: mbarriers q_full (producer cp.async -> consumers), k_full[4] (producer ->
-// consumers, 256 arrivals: 128 cp.async-tracked + 128 plain), k_empty[4] (both consumer WGs -> producer
-// after the P.V of the pair that read the slot, 256); named barrier 1 (256 consumer threads) for
-// the max / P^T / row-sum exchanges. Writers of data that wgmma reads from shared memory execute
-// fence.proxy.async before releasing it; consumers fence after acquiring cp.async data.
-//
-// Numerics: scores in f32, s2 = dot * sm_scale*q_scale*kv_scale*log2(e); p = ex2.approx(s2 - m);
-// running max starts at -inf (a row with no valid token so far uses 0 as subtrahend, so p = 0);
-// P re-quantised to e4m3 (satfinite, round to nearest even) for P.V; denominators use f32 p.
-// The FP8 tensor cores do not accumulate in full f32: each k-step's 32 products are aligned to
-// the largest exponent among them and the accumulator and truncated to roughly 13 fractional
-// bits, so the error grows with the running sum's magnitude. Accumulating all of d_qk in one
-// wgmma accumulator gave lse / max_logits errors up to 8.5e-3 / 1.9e-2 absolute (0.74 of the lse
-// tolerance 2e-3 + 2e-3*|ref|) on N(0,1) inputs with sm_scale 0.1. With S accumulated by the
-// tensor cores over at most 96 channels and summed in f32 registers (DeepSeek-V3-style
-// promotion, interval 96 instead of 128), the same inputs give <= 1.6e-3 / 1.8e-3 (<= 0.20 of
-// the lse tolerance). Interval 128 (4 k-steps) measured up to 0.28 of tolerance, 64 up to 0.16,
-// 32 up to 0.10, but 64 and 32 are slower.
-//
-// Measured (H200, CUDA 13.0, median of 20, inputs rotated beyond L2; FLOPs = 2*s_q*h_q*topk*(d_qk+512)):
-// (s_q, s_kv, h_q, d_qk, topk) = (4096, 8k|32k|64k, 128, 576, 2048): 510 | 510 | 497 TFLOP/s
-// (one-accumulator Q.K^T, same run: 480 | 481 | 483); (4096, 8k|32k, 64, 512, 512): 406 | 405
-// (398 | 393); DeepSeek V3.2 TP8 (4096, 64k, 16 real heads in one 64-head tile, 576, 2048):
-// 2.284 ms = 512 TFLOP/s counted on the padded 64 heads (2.410 ms). torch._scaled_mm e4m3
-// 8192^3 on the same GPU in the same run: 1338-1370 TFLOP/s (median).
-// Timing variants showed the gathers (latency exposed when a pair's K rows are not yet resident)
-// and the lock-step softmax between the two consumer WGs are what is left.
+// Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
+// 1438 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 704 | 707 | 697-709
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 436 | 437 (the narrow kernel's 64-head tiles: 469 |
+// 465). With V^T groups 512 bytes apart (667 TFLOP/s), it ran 782 without the V^T build and
+// 670 without the gathers' reads (timing only, wrong results): the
+// producer warpgroup, whose build waits on its ldmatrix behind the gathers' shared-memory
+// writes, is what bounds it (bench/NOTES.md).
 
 namespace sparse_mla {
 
-constexpr int kThreads = 384;          // WG0, WG1: consumers; WG2: producer
-constexpr int kHeadsPerTile = 64;      // wgmma M
-constexpr int kTokensPerBlock = 64;    // tokens per QK tile (wgmma N of Q.K^T)
+constexpr int kThreads = 384;          // two consumer warpgroups, one producer warpgroup
+constexpr int kHeadsPerTile = 64;      // wgmma M of S and of P.V
+constexpr int kTokensPerBlock = 64;    // wgmma N of S
 constexpr int kDV = 512;               // value width
-constexpr int kKSlots = 4;             // K ring depth: two pairs of blocks in flight
-constexpr int kIndexLead = 4;          // blocks of indices the producer holds in registers
-// Q.K^T precision: wgmma accumulates at most this many k-steps (32 channels each) in one fresh
-// accumulator before the partial sum is promoted into an f32 register sum (header, Numerics).
-// Measured on H200: 3 is both the fastest and, with 1 and 2, among the most precise choices.
-constexpr int kQkChunkSteps = 3;
-constexpr int kPairTokens = 2 * kTokensPerBlock;       // 128
-constexpr int kPtBytes = kHeadsPerTile * kPairTokens;  // one P^T buffer: 8192
+// Gathered K blocks and V^T blocks in shared memory: two and three, so that V^T of block b goes
+// into the slot of block b - 3 (whose P.V is long done) as soon as block b lands, and no K slot
+// waits for a P.V (three K slots and two V^T slots measured 2% slower).
+constexpr int kKSlots = 2;
+constexpr int kVtSlots = 3;
+constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
+// V^T core-matrix groups (8 value columns x 64 positions, 512 bytes) lie kVtGroupStride apart:
+// 528, so the rows of one stmatrix matrix (value columns 2r + parity, over two groups) fall in
+// eight different 16-byte bank groups.
+constexpr int kVtGroupStride = 528;
+constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 33792
+constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
+// setmaxnreg: 224 * 256 + 56 * 128 = 64512 = 168 * 384, the pool the launch allocated. An
+// increase past the pool waits forever (64 producer registers hung the kernel), and the published
+// split of 216 / 72 spills ~264 bytes a consumer thread.
 constexpr u32 kConsumerRegs = 224;
 constexpr u32 kProducerRegs = 56;
-constexpr int kBarConsumers = 1;       // named barrier: 256 consumer threads
+constexpr int kBarConsumers = 1;       // named barrier of the 256 consumer threads
+constexpr float kMaxHeadroom = 8.f;
+constexpr float kLog2ShareLimit = 4.f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Shared-memory map for one D_QK (byte offsets from the dynamic shared memory base).
 template <int D_QK>
 struct Smem {
-    static constexpr int kChunks = D_QK / 16;                  // 16-byte chunks per row
-    static constexpr int kRowGroupBytes = 8 * D_QK;            // SBO of Q / K tiles
-    static constexpr int kTileBytes = kHeadsPerTile * D_QK;    // Q tile == K slot (64 rows)
-    static constexpr int kQ = 0;                               // Q tile  [64 heads][D_QK]
-    static constexpr int kK = kQ + kTileBytes;                 // K slots [4][64 tokens][D_QK]
-    static constexpr int kPt = kK + kKSlots * kTileBytes;      // P^T     [2][64 heads][128 p]
-    static constexpr int kMax = kPt + 2 * kPtBytes;            // f32     [2 wg][64] block maxima
-    static constexpr int kSum = kMax + 2 * 64 * 4;             // f32     [2 wg][64] row sums
-    static constexpr int kAlpha = kSum + 2 * 64 * 4;           // f32     [2][64] rescale factors
-    static constexpr int kScale = kAlpha + 2 * 64 * 4;         // f32     [64] output scales
-    static constexpr int kMask = kScale + 64 * 4;              // u64     [4] validity masks
-    static constexpr int kBars = kMask + kKSlots * 8;          // u64     mbarriers (9, +pad)
-    static constexpr int kBytes = kBars + 96;
-    static_assert(kBytes == 320 * D_QK + 18304, "launch-shape formula in the header comment");
+    static constexpr int kChunks = D_QK / 16;
+    static constexpr int kRowGroupBytes = 8 * D_QK;
+    // A K slot (64-byte swizzle): byte offset of the 16-byte chunk `chunk` of token `token`, and
+    // the distance between 64-channel gather columns.
+    static constexpr u32 kColStride = 4096u;
+    __device__ static __forceinline__ u32 k_chunk(int token, int chunk) {
+        return (u32)((chunk >> 2) * 4096 + (token >> 3) * 512 + (token & 7) * 64 +
+                     (((chunk & 3) ^ ((token >> 1) & 3)) << 4));
+    }
+    static constexpr int kTileBytes = kHeadsPerTile * D_QK;
+    static constexpr int kQ = 0;                                // [64 heads][D_QK]
+    static constexpr int kK = kQ + kTileBytes;                  // [kKSlots][64 tokens][D_QK]
+    static constexpr int kVt = kK + kKSlots * kTileBytes;       // [kVtSlots][512][64 positions]
+    static constexpr int kP = kVt + kVtSlots * kVtBytes;        // [2][64 heads][128 positions]
+    static constexpr int kMax = kP + 2 * kPBytes;               // f32 [2 wg][64] block maxima
+    static constexpr int kSum = kMax + 2 * 64 * 4;              // f32 [2 wg][64] row sums
+    static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
+    static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
+    static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
+    static constexpr int kBytes = kBars + (1 + 2 * kKSlots + 2 * kVtSlots) * 8;
+    static_assert(kBytes == 192 * D_QK + 119400, "launch-shape formula in the header comment");
+    static_assert(kK % 512 == 0 && kTileBytes % 512 == 0, "64-byte swizzle atoms are 512-aligned");
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
-// mbarrier indices inside the barrier area.
-constexpr int kBarKFull = 0;     // [4]
-constexpr int kBarKEmpty = 4;    // [4]
-constexpr int kBarQFull = 8;
+constexpr int kBarQFull = 0;
+constexpr int kBarKFull = 1;                        // [kKSlots]
+constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots]
+constexpr int kBarVtFull = kBarKEmpty + kKSlots;    // [kVtSlots]
+constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
 
-// ------------------------------------------------------------------------------------------------
-// PTX helpers
-// ------------------------------------------------------------------------------------------------
-
-// Keeps register A fragments alive (unmodified, not reused) until a wgmma that reads them is done.
-__device__ __forceinline__ void keep_alive(const u32 (&a)[4][4]) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        asm volatile("" ::"r"(a[k][0]), "r"(a[k][1]), "r"(a[k][2]), "r"(a[k][3]) : "memory");
-    }
+// wgmma shared-memory descriptor of a K-major operand in the 64-byte swizzle (8-row atoms of
+// 512 bytes, `sbo` bytes apart; the leading offset is unused).
+__device__ __forceinline__ u64 make_smem_desc_sw64(u32 addr, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(sbo >> 4) << 32) |
+           ((u64)2 << 62);
 }
 
-// acc[64x64 f32] += A[64x32 e4m3, registers] * B[64x32 e4m3, smem]^T
-__device__ __forceinline__ void wgmma_rs(float (&acc)[32], const u32 (&a)[4], u64 desc_b,
-                                         u32 accumulate) {
+// Stores four 8x8 b16 matrices (row addresses from lanes 8i … 8i + 7 for matrix i).
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
+// One 4-byte shared-memory store (kept in program order with the asm around it).
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// d[64x256 f32] += A[64x32 e4m3, smem] * B[256x32 e4m3, smem]^T, both operands K-major.
+__device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
-          "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
-          "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
-          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+        "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3\n"
+        "{"
+        " %0, %1, %2, %3, %4, %5, %6, %7,"
+        " %8, %9, %10, %11, %12, %13, %14, %15,"
+        " %16, %17, %18, %19, %20, %21, %22, %23,"
+        " %24, %25, %26, %27, %28, %29, %30, %31,"
+        " %32, %33, %34, %35, %36, %37, %38, %39,"
+        " %40, %41, %42, %43, %44, %45, %46, %47,"
+        " %48, %49, %50, %51, %52, %53, %54, %55,"
+        " %56, %57, %58, %59, %60, %61, %62, %63,"
+        " %64, %65, %66, %67, %68, %69, %70, %71,"
+        " %72, %73, %74, %75, %76, %77, %78, %79,"
+        " %80, %81, %82, %83, %84, %85, %86, %87,"
+        " %88, %89, %90, %91, %92, %93, %94, %95,"
+        " %96, %97, %98, %99, %100, %101, %102, %103,"
+        " %104, %105, %106, %107, %108, %109, %110, %111,"
+        " %112, %113, %114, %115, %116, %117, %118, %119,"
+        " %120, %121, %122, %123, %124, %125, %126, %127},"
+        " %128, %129, p, 1, 1;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b));
 }
 
-// ------------------------------------------------------------------------------------------------
-// Producer warpgroup: Q tile, then K blocks.
-// ------------------------------------------------------------------------------------------------
-
+// Producer warps (warps 8-11) gather: warp w copies tokens 16w … 16w + 15 of every block; lane
+// = (token % 8) + 8 * (chunk % 4), so eight lanes fill one 128-byte core matrix.
 template <int D_QK>
-struct Producer {
+struct Gather {
     using L = Smem<D_QK>;
-    u32 k_base;          // shared address of K slot 0
-    u32 bars;            // shared address of the mbarrier area
-    u16* mask16;         // [4 slots][4 warps] validity bits (bit = token within the warp's 16)
+    u32 k_base, bars;
+    u16* mask16;
     const u8* kv;
-    const i32* idx_row;  // indices of this query row
-    i32 valid_len;       // L_i (clamped)
-    i32 s_kv;
-    int warp;            // 0..3 inside the producer WG
-    int lane;
+    const i32* idx_row;
+    i32 valid_len, s_kv;
+    int pw, lane;
 
-    // Index of this thread's token `half` of block b, or -1 past the valid prefix.
-    __device__ __forceinline__ int load_index(int b, int half) const {
-        const int j = b * kTokensPerBlock + 16 * warp + 8 * half + (lane & 7);
+    __device__ __forceinline__ int load_index(int b, int grp) const {
+        const int j = b * kTokensPerBlock + 16 * pw + 8 * grp + (lane & 7);
         return j < valid_len ? __ldg(idx_row + j) : -1;
     }
-
-    // Issue the gathers of block b into K slot b % 4 and arm k_full[slot].
-    // Warp w copies tokens 16w … 16w+15; lane = (token % 8) + 8 * (chunk % 4): eight lanes fill
-    // one 128-byte core matrix (conflict-free), four lanes read 64 contiguous bytes of a row.
+    // Gathers of block b and its validity mask; completes on k_full of its slot.
     __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
         const int slot = b % kKSlots;
         const u32 dst_slot = k_base + slot * L::kTileBytes;
-        u32 valid_bits = 0;
+        u32 bits = 0;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int token = 16 * warp + 8 * half + (lane & 7);
-            const bool valid = idx[half] >= 0 && idx[half] < s_kv;
-            const u8* src = kv + (valid ? (i64)idx[half] * D_QK : (i64)0) + (lane >> 3) * 16;
-            const u32 src_bytes = valid ? 16u : 0u;
-            const u32 dst = dst_slot + (token >> 3) * L::kRowGroupBytes + (token & 7) * 16 +
-                            (lane >> 3) * 128;
+        for (int grp = 0; grp < 2; ++grp) {
+            const int token = 16 * pw + 8 * grp + (lane & 7);
+            const bool valid = idx[grp] >= 0 && idx[grp] < s_kv;
+            const u8* src = kv + (valid ? (i64)idx[grp] * D_QK : (i64)0) + (lane >> 3) * 16;
+            const u32 n = valid ? 16u : 0u;  // an invalid row is zero-filled, nothing read
+            const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
 #pragma unroll
             for (int q = 0; q < L::kChunks / 4; ++q) {
-                cp_async_16(dst + q * 512, src + q * 64, src_bytes);
+                cp_async_16(dst + q * L::kColStride, src + q * 64, n);
             }
-            valid_bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * half);
+            bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * grp);
         }
-        if (lane == 0) {
-            mask16[slot * 4 + warp] = (u16)valid_bits;
-        }
+        if (lane == 0) mask16[slot * 4 + pw] = (u16)bits;
         const u32 full = bars + (kBarKFull + slot) * 8;
         mbar_arrive_cp_async(full);
-        mbar_arrive(full);  // release of the mask store
-    }
-
-    __device__ __forceinline__ void run(int num_blocks) const {
-        // Indices are loaded kIndexLead blocks ahead of their gathers, so the issue of a block's
-        // copies never waits for an index load.
-        int idx_queue[kIndexLead][2];
-#pragma unroll
-        for (int k = 0; k < kIndexLead; ++k) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                idx_queue[k][half] = k < num_blocks ? load_index(k, half) : -1;
-            }
-        }
-        for (int b = 0; b < num_blocks; ++b) {
-            const int slot = b % kKSlots;
-            if (b >= kKSlots) {
-                // Both consumer WGs finished the pair that used this slot.
-                mbar_wait(bars + (kBarKEmpty + slot) * 8, (u32)(b / kKSlots - 1) & 1u);
-            }
-            issue_block(b, idx_queue[0]);
-#pragma unroll
-            for (int k = 0; k + 1 < kIndexLead; ++k) {
-                idx_queue[k][0] = idx_queue[k + 1][0];
-                idx_queue[k][1] = idx_queue[k + 1][1];
-            }
-            const int next = b + kIndexLead;
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                idx_queue[kIndexLead - 1][half] = next < num_blocks ? load_index(next, half) : -1;
-            }
-        }
+        mbar_arrive(full);
     }
 };
 
-}  // namespace sparse_mla
+// V^T build (the four producer warps): warp pw writes tokens 32(pw % 2) … + 31 and value columns
+// 256(pw / 2) … + 255 of a block's V^T,
+// [512 value columns][64 positions] in the K-major canonical layout ((n/8)*528 + (p/16)*128 +
+// (n%8)*16 + p%16), position p holding token c(p) = 16(p/16) + 8((p%4)/2) + 2((p%16)/4) + p%2
+// (the order in which a thread's S accumulator holds its columns, so P needs no shuffle).
+// Per 16 value columns: ldmatrix.x4.trans of the four 8-token core matrices (thread (g, t0)
+// receives channels 2g, 2g + 1 of tokens 2t0, 2t0 + 1 of each), two byte permutes per pair of
+// matrices (channel 2g, resp. 2g + 1, at tokens 2t0, 2t0 + 1, 8 + 2t0, 9 + 2t0), stmatrix.x4
+// of rows (value columns) 2r and 2r + 1.
+template <int D_QK>
+__device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int lane) {
+    using L = Smem<D_QK>;
+    const int bw = pw & 1;              // token half
+    const int cc0 = (pw >> 1) * 16;     // first 16-column chunk of this warp
+    const int token = 8 * (4 * bw + (lane >> 3)) + (lane & 7);  // the row this lane addresses
+    const int m = lane >> 3, r = lane & 7;
+    const int n_off = 2 * r + (m & 1);                  // value column inside the 16-column chunk
+    const int kc = 2 * bw + (m >> 1);                   // 16-position chunk
+    const u32 st =
+        vt_slot + (u32)(n_off >> 3) * kVtGroupStride + (u32)kc * 128 + (u32)(n_off & 7) * 16;
+    // chunk c's ldmatrix of this lane's token, and its permutes and stmatrix
+    auto load = [&](int c, u32 (&v)[4]) {
+        ldmatrix_x4_trans(k_slot + L::k_chunk(token, c), v[0], v[1], v[2], v[3]);
+    };
+    auto store = [&](int c, const u32 (&v)[4]) {
+        stmatrix_x4(st + (u32)c * 2 * kVtGroupStride, byte_perm(v[0], v[1], 0x6420u),
+                    byte_perm(v[0], v[1], 0x7531u), byte_perm(v[2], v[3], 0x6420u),
+                    byte_perm(v[2], v[3], 0x7531u));
+    };
+    constexpr int kEnd = kDV / 32;  // 16-column chunks a warp builds
+    // Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
+    // statements keep program order, so a load after a store would wait for it). Unrolled with
+    // immediate offsets it measured 11% slower, and eight chunks at a time, or the next four
+    // loaded before the current four are stored, 7-13% slower (the producer spills at 56
+    // registers).
+#pragma unroll 1
+    for (int cc = cc0; cc < cc0 + kEnd; cc += 4) {
+        u32 v[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) load(cc + k, v[k]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) store(cc + k, v[k]);
+    }
+}
 
-// ------------------------------------------------------------------------------------------------
-// Kernel
-// ------------------------------------------------------------------------------------------------
+}  // namespace sparse_mla
 
 template <int D_QK, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
 __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
@@ -274,7 +273,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const u32 smem_base = smem_addr(smem);
     const u32 sq = smem_base + L::kQ;
     const u32 sk = smem_base + L::kK;
-    const u32 spt = smem_base + L::kPt;
+    const u32 svt = smem_base + L::kVt;
+    const u32 sp = smem_base + L::kP;
     const u32 bars = smem_base + L::kBars;
 
     const int tile = blockIdx.x % p.head_tiles;
@@ -283,294 +283,317 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const int lane = threadIdx.x & 31;
 
     int valid_len = p.topk;
-    if (HAVE_TOPK_LENGTH) {
-        valid_len = min(max(__ldg(p.topk_length + row_i), 0), p.topk);
-    }
-    // Blocks that can hold a valid token, rounded up to whole pairs.
+    if (HAVE_TOPK_LENGTH) valid_len = min(max(__ldg(p.topk_length + row_i), 0), p.topk);
     const int num_blocks = HAVE_TOPK_LENGTH ? ((valid_len + 127) / 128) * 2 : p.topk / 64;
     const int num_pairs = num_blocks / 2;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kKSlots; ++s) {
-            mbar_init(bars + (kBarKFull + s) * 8, 256);
-            mbar_init(bars + (kBarKEmpty + s) * 8, 256);
-        }
         mbar_init(bars + kBarQFull * 8, 128);
+        for (int s = 0; s < kKSlots; ++s) {
+            mbar_init(bars + (kBarKFull + s) * 8, 256);   // 128 cp.async-tracked + 128 plain
+            mbar_init(bars + (kBarKEmpty + s) * 8, 256);  // owner warpgroup + V^T build
+        }
+        for (int s = 0; s < kVtSlots; ++s) {
+            mbar_init(bars + (kBarVtFull + s) * 8, 128);
+            mbar_init(bars + (kBarVtEmpty + s) * 8, 256);
+        }
     }
     __syncthreads();
 
     if (warp >= 8) {
-        // ---------------------------------------------------------------- producer (WG2)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
-        const int pt = threadIdx.x - 256;
-        // Q tile -> shared memory (skipped when the row has no block). Heads >= h_q are
-        // zero-filled, never read.
+        const int pw = warp & 3;
+        const int pt = (threadIdx.x - 256) & 127;  // 0..127 inside the producer warpgroup
+        Gather<D_QK> gather;
+        gather.k_base = sk;
+        gather.bars = bars;
+        gather.mask16 = reinterpret_cast<u16*>(smem + L::kMask);
+        gather.kv = p.kv;
+        gather.idx_row = p.indices + (i64)row_i * p.topk;
+        gather.valid_len = valid_len;
+        gather.s_kv = p.s_kv;
+        gather.pw = pw;
+        gather.lane = lane;
+        // The gathers of block st wait for K slot st % kKSlots to be released by S and by the
+        // V^T build of block st - kKSlots.
+        auto gather_step = [&](int st, int (&idx)[2], int (&nxt)[2]) {
+            // The next block's indices load while this step waits for its K slot.
+#pragma unroll
+            for (int grp = 0; grp < 2; ++grp) {
+                nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
+            }
+            const int ks = st % kKSlots;
+            if (st >= kKSlots) {
+                mbar_wait(bars + (kBarKEmpty + ks) * 8, (u32)(st / kKSlots - 1) & 1u);
+            }
+            gather.issue_block(st, idx);
+#pragma unroll
+            for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
+        };
+        // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
+        auto build_step = [&](int b) {
+            const int ks = b % kKSlots, vs = b % kVtSlots;
+            mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
+            if (b >= kVtSlots) {
+                mbar_wait(bars + (kBarVtEmpty + vs) * 8, (u32)(b / kVtSlots - 1) & 1u);
+            }
+            build_vt<D_QK>(sk + ks * L::kTileBytes, svt + vs * kVtBytes, pw, lane);
+            fence_proxy_async();  // V^T is read by wgmma (async proxy)
+            mbar_arrive(bars + (kBarVtFull + vs) * 8);
+            mbar_arrive(bars + (kBarKEmpty + ks) * 8);
+        };
         load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_pairs > 0);
-        if (num_pairs > 0) {
-            mbar_arrive_cp_async(bars + kBarQFull * 8);
+        if (num_pairs > 0) mbar_arrive_cp_async(bars + kBarQFull * 8);
+        int idx[2], nxt[2];  // indices of this step's block and of the next one
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+            idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
         }
-
-        Producer<D_QK> producer;
-        producer.k_base = sk;
-        producer.bars = bars;
-        producer.mask16 = reinterpret_cast<u16*>(smem + L::kMask);
-        producer.kv = p.kv;
-        producer.idx_row = p.indices + (i64)row_i * p.topk;
-        producer.valid_len = valid_len;
-        producer.s_kv = p.s_kv;
-        producer.warp = warp - 8;
-        producer.lane = lane;
-        producer.run(num_blocks);
+        // One loop for the whole warpgroup: step st issues the gathers of block st, then builds
+        // V^T of block st - kBuildLag (whose rows have had a step to land). kBuildLag < kKSlots:
+        // the gathers of block st need the build of block st - kKSlots, done a step earlier.
+        constexpr int kBuildLag = kKSlots - 1;
+        for (int st = 0; st < num_blocks + kBuildLag; ++st) {
+            if (st < num_blocks) gather_step(st, idx, nxt);
+            if (st - kBuildLag >= 0) build_step(st - kBuildLag);
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
 
-    // -------------------------------------------------------------------- consumers (WG0, WG1)
+    // -------------------------------------------------------------------- consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
-    const int wg = warp >> 2;            // 0 or 1
-    const int wwarp = warp & 3;          // warp inside the warpgroup
-    const int g = lane >> 2;             // accumulator row inside the warp's 16 rows
-    const int t0 = lane & 3;             // accumulator column pair
-    const int row0 = 16 * wwarp + g;     // S rows (heads) of this thread: row0, row0 + 8
+    const int wg = warp >> 2;
+    const int wwarp = warp & 3;
+    const int g = lane >> 2;
+    const int t0 = lane & 3;
+    const int row0 = 16 * wwarp + g;  // this thread's heads (S and O rows): row0, row0 + 8
 
-    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);     // [2][64]
-    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);     // [2][64]
-    float* alpha_buf = reinterpret_cast<float*>(smem + L::kAlpha);  // [2][64]
-    float* scale_buf = reinterpret_cast<float*>(smem + L::kScale);  // [64]
-    const u64* mask64 = reinterpret_cast<const u64*>(smem + L::kMask);
+    float* max_xchg = reinterpret_cast<float*>(smem + L::kMax);
+    float* sum_xchg = reinterpret_cast<float*>(smem + L::kSum);
+    float* tmax_xchg = reinterpret_cast<float*>(smem + L::kTmax);
+    const u16* mask16 = reinterpret_cast<const u16*>(smem + L::kMask);
 
     const float q_scale = __ldg(p.q_scale);
     const float kv_scale = __ldg(p.kv_scale);
     const float score_scale = p.sm_scale * q_scale * kv_scale * kLog2e;
     const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
-    // This warp's 16-byte column chunk of V inside an M tile: c = 16*wg + 4*mt + wwarp.
-    const u32 v_lane_off = (u32)(lane >> 4) * 2 * L::kRowGroupBytes +
-                           (u32)((lane >> 3) & 1) * L::kRowGroupBytes +
-                           (u32)(16 * wg + wwarp) * 128 + (u32)(lane & 7) * 16;
 
-    float o[4][32];  // O^T: [M tile][accumulator]; row = value column, column = head
+    float o[128];  // O[heads row0, row0 + 8][value columns 256wg + 8j + 2t0 + {0,1}]
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[mt][i] = 0.f;
-    }
-    float m_run[2] = {-pos_inf(), -pos_inf()};
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m_ref[2] = {-pos_inf(), -pos_inf()};
+    float t_max[2] = {-pos_inf(), -pos_inf()};
     float l_run[2] = {0.f, 0.f};
+    float alpha[2] = {1.f, 1.f};
+    float headroom = 0.f;
     float s_cur[32], s_next[32];
-    u64 mask_cur = 0, mask_next = 0;
+    u64 s_mask = 0;  // validity of the tokens of the block in s_cur (bit = S column)
 
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
+    static_assert(kQkChunks >= 2, "s_begin releases the two V^T slots after chunks 0 and 1");
 
-    // Issue k-steps [kQkChunkSteps*c, ...) of S = Q . K^T of the K slot at k_desc into a fresh
-    // accumulator (asynchronous, one commit group).
     auto issue_qk_chunk = [&](float (&acc)[32], u64 k_desc, int c) {
         fence_regs(acc);
         wgmma_fence();
 #pragma unroll
         for (int ks = c * kQkChunkSteps; ks < (c + 1) * kQkChunkSteps && ks < kQkSteps; ++ks) {
-            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + (u64)(ks * 16),
+            // K's k-step ks (32 channels): half a 64-byte swizzle row, the 64-channel columns
+            // 4 KB apart (descriptor units of 16 bytes)
+            const u64 k_step = (u64)((ks >> 1) * 256 + (ks & 1) * 2);
+            wgmma_qk(acc, q_desc + (u64)(ks * 16), k_desc + k_step,
                      ks > c * kQkChunkSteps ? 1u : 0u);
         }
         wgmma_commit();
     };
-    auto k_slot_desc = [&](int b) -> u64 {
-        return make_smem_desc(sk + (b % kKSlots) * L::kTileBytes, 128, L::kRowGroupBytes);
+    // V^T of block blk (>= 0) is in slot vt_slot(blk), use vt_use(blk) of that slot.
+    auto vt_slot = [](int blk) { return (int)((u32)blk % (u32)kVtSlots); };
+    auto vt_use = [](int blk) { return (u32)blk / (u32)kVtSlots; };
+    // P.V of one block of the pair before is complete: its V^T slot goes back to the producer.
+    auto pv_release = [&](int slot) {
+        mbar_arrive(bars + (kBarVtEmpty + slot) * 8);
     };
-
-    // Chunk c of a block's S goes to s_cur when (kQkChunks - 1 - c) is even, else to s_next, so
-    // that the last chunk, and with it the complete sum, lands in s_cur.
-    // Issue chunk 0 of S = Q . K^T of block b (asynchronous); returns the block's validity mask.
-    auto issue_qk = [&](int b) -> u64 {
+    // S of block b: every chunk issued, all but the last summed; the last is left in flight
+    // (s_finish adds it once the caller has waited for it). Chunk c lands in s_cur when
+    // (kQkChunks - 1 - c) is even, so the complete sum ends in s_cur.
+    auto s_begin = [&](int b, bool release_pv) {
         const int slot = b % kKSlots;
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
         fence_proxy_async();
-        const u64 mask = mask64[slot];
-        if ((kQkChunks - 1) % 2 == 0) {
-            issue_qk_chunk(s_cur, k_slot_desc(b), 0);
-        } else {
-            issue_qk_chunk(s_next, k_slot_desc(b), 0);
-        }
-        return mask;
-    };
-
-    // Once chunk 0 of block b is complete: chunks 1 … kQkChunks-1, each into a fresh accumulator
-    // (the buffer not holding the running sum), then the running sum is added to it in f32.
-    auto finish_qk = [&](int b) {
-        const u64 k_desc = k_slot_desc(b);
+        // The validity mask is read now: s_finish releases the slot, and with it the mask.
+        s_mask = *reinterpret_cast<const u64*>(mask16 + slot * 4);
+        const u64 k_desc = make_smem_desc_sw64(sk + slot * L::kTileBytes, 512);
 #pragma unroll
-        for (int c = 1; c < kQkChunks; ++c) {
+        for (int c = 0; c < kQkChunks; ++c) {
             float (&dst)[32] = (kQkChunks - 1 - c) % 2 == 0 ? s_cur : s_next;
             float (&src)[32] = (kQkChunks - 1 - c) % 2 == 0 ? s_next : s_cur;
-            issue_qk_chunk(dst, k_desc, c);
-            wgmma_wait<0>();
-            fence_regs(dst);
-            fence_regs(src);
+            if (c >= 2) {
+                // Chunk c - 1 (in src) is done: the running sum of chunks 0 … c - 2 (in dst)
+                // goes into it, and dst is free for chunk c.
+                wgmma_wait<0>();
+                fence_regs(dst);
+                fence_regs(src);
 #pragma unroll
-            for (int i = 0; i < 32; ++i) dst[i] += src[i];
+                for (int i = 0; i < 32; ++i) src[i] += dst[i];
+            }
+            issue_qk_chunk(dst, k_desc, c);
+            // P.V of the pair before went in as one commit group per block: once the group of
+            // block c is done, its V^T slot goes back to the producer.
+            if (c < 2 && release_pv) {
+                wgmma_wait<2>();
+                // block 2t + c of the pair t before
+                pv_release(vt_slot(b - wg - 2 + c));
+            }
         }
     };
+    // The last chunk is done (waited for by the caller): the sum of all of them in s_cur.
+    auto s_finish = [&](int b) {
+        fence_regs(s_cur);
+        fence_regs(s_next);
+        if (kQkChunks >= 2) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) s_cur[i] += s_next[i];
+        }
+        mbar_arrive(bars + (kBarKEmpty + b % kKSlots) * 8);
+    };
 
-    // One m64k32 A fragment of V^T: value columns of this warp's chunk in M tile mt, tokens
-    // 32*(ks%2) … +31 of the K slot at k_slot_addr, in the permuted order of the header.
-    auto load_v_fragment = [&](u32 (&a)[4], u32 k_slot_addr, int mt, int ks) {
-        u32 r0, r1, r2, r3;
-        ldmatrix_x4_trans(k_slot_addr + (u32)(ks & 1) * 4 * L::kRowGroupBytes + v_lane_off +
-                              (u32)mt * 4 * 128,
-                          r0, r1, r2, r3);
-        a[0] = byte_perm(r0, r1, 0x6420u);  // row g   (column 2g),   tokens of group 0
-        a[1] = byte_perm(r0, r1, 0x7531u);  // row g+8 (column 2g+1), tokens of group 0
-        a[2] = byte_perm(r2, r3, 0x6420u);  // row g,   tokens of group 1
-        a[3] = byte_perm(r2, r3, 0x7531u);  // row g+8, tokens of group 1
+    // ---- softmax of this warpgroup's block of pair t (S in s_cur): P -> P tile t % 2 (e4m3,
+    // positions 64wg …), row sums, and the reference max. Returns whether O needs a rescale
+    // (alpha, only after a vote that moved m_ref; P.V of pair t - 1 is complete by then).
+    auto softmax = [&](int t) -> bool {
+        const u64 mask = s_mask;
+        float mx[2] = {-pos_inf(), -pos_inf()};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int col = 8 * (i >> 2) + 2 * t0 + (i & 1);
+            const float x = ((mask >> col) & 1ull) ? s_cur[i] * score_scale : -pos_inf();
+            s_cur[i] = x;
+            mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+        }
+        bool grow = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            t_max[h] = fmaxf(t_max[h], mx[h]);
+            grow |= mx[h] > m_ref[h] + headroom;  // any valid score while m_ref is -inf
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        }
+        if (t0 == 0) {
+            max_xchg[wg * 64 + row0] = mx[0];
+            max_xchg[wg * 64 + row0 + 8] = mx[1];
+        }
+        const u32 p_base = sp + (u32)((t & 1) * kPBytes) + (u32)(2 * wwarp * 1024 + g * 16 + 4 * t0);
+        float lsum[2];
+        // Weights against m_sub, packed into the P tile: register a of k-step ks holds the
+        // positions 4t0 … 4t0 + 3 of 16-position chunk 4wg + 2ks + (a >> 1), row row0 + 8(a & 1).
+        auto write_p = [&](const float (&m_sub)[2]) {
+            lsum[0] = 0.f;
+            lsum[1] = 0.f;
+            float w[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                w[i] = fast_exp2(s_cur[i] - m_sub[(i >> 1) & 1]);
+                lsum[(i >> 1) & 1] += w[i];
+            }
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+#pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const int i0 = 16 * ks + 8 * (a >> 1) + 2 * (a & 1);
+                    const u32 word = (u32)pack_e4m3x2(w[i0], w[i0 + 1]) |
+                                     ((u32)pack_e4m3x2(w[i0 + 4], w[i0 + 5]) << 16);
+                    st_shared_u32(p_base + (u32)((a & 1) * 1024 + (4 * wg + 2 * ks + (a >> 1)) * 128),
+                                  word);
+                }
+            }
+            fence_proxy_async();  // P is read by wgmma (async proxy)
+        };
+        float m_sub[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m_sub[h] = m_ref[h] == -pos_inf() ? 0.f : m_ref[h];
+        write_p(m_sub);
+        const bool exchange = named_barrier_any(kBarConsumers, 256, grow);
+        bool rescale = false;
+        if (exchange) {
+            // m_ref moves to the max over both blocks of the pair (the same in both warpgroups).
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float pm = max_xchg[(1 - wg) * 64 + row0 + 8 * h];
+                const float m_new = fmaxf(m_ref[h], fmaxf(mx[h], pm));
+                m_sub[h] = m_new == -pos_inf() ? 0.f : m_new;
+                alpha[h] = fast_exp2(m_ref[h] - m_sub[h]);  // 0 while m_ref is -inf
+                rescale |= alpha[h] != 1.f;
+                m_ref[h] = m_new;
+                l_run[h] *= alpha[h];
+            }
+            write_p(m_sub);
+            // New headroom: log2 of 1/16 of a lower bound of both rows' denominators (this
+            // warpgroup's part of them), at most kMaxHeadroom.
+            float lw[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                lw[h] = l_run[h] + lsum[h];
+                lw[h] += __shfl_xor_sync(0xffffffffu, lw[h], 1);
+                lw[h] += __shfl_xor_sync(0xffffffffu, lw[h], 2);
+            }
+            headroom = fminf(fmaxf(__log2f(fminf(lw[0], lw[1])) - kLog2ShareLimit, 0.f), kMaxHeadroom);
+            named_barrier_sync(kBarConsumers, 256);
+        }
+        l_run[0] += lsum[0];
+        l_run[1] += lsum[1];
+        return __any_sync(0xffffffffu, rescale);
+    };
+    auto rescale_o = [&]() {
+        fence_regs(o);  // P.V of the pair before is complete (waited for in s_begin)
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+    };
+
+    // ---- O[:, 256wg …] += P . V^T of pair t (both blocks, two k-steps each), one commit group.
+    auto pv_issue = [&](int t) {
+#pragma unroll
+        for (int kb = 0; kb < 2; ++kb) {
+            mbar_wait(bars + (kBarVtFull + vt_slot(2 * t + kb)) * 8, vt_use(2 * t + kb) & 1u);
+        }
+        const u64 p_desc = make_smem_desc(sp + (u32)((t & 1) * kPBytes), 128, 1024);
+        fence_regs(o);
+        wgmma_fence();
+#pragma unroll
+        for (int kb = 0; kb < 2; ++kb) {
+            const int vs = vt_slot(2 * t + kb);
+            const u64 vt_desc =
+                make_smem_desc(svt + (u32)(vs * kVtBytes + wg * (kVtBytes / 2)), 128,
+                               kVtGroupStride);
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                wgmma_pv(o, p_desc + (u64)((2 * kb + ks) * 16), vt_desc + (u64)(ks * 16));
+            }
+            wgmma_commit();  // one group per block (s_begin releases its V^T slot)
+        }
     };
 
     if (num_pairs > 0) {
         mbar_wait(bars + kBarQFull * 8, 0);
         fence_proxy_async();
-        mask_cur = issue_qk(wg);
-    }
-
-    for (int t = 0; t < num_pairs; ++t) {
-        const int own_block = 2 * t + wg;
-        const int peer_block = 2 * t + 1 - wg;
+        s_begin(wg, false);
         wgmma_wait<0>();
-        fence_regs(s_cur);
-        fence_regs(s_next);
-        finish_qk(own_block);
-
-        // ---- softmax of own block: scale, mask, block row maxima
-        float bmax[2] = {-pos_inf(), -pos_inf()};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int v = 0; v < 2; ++v) {
-                    const int col = 8 * j + 2 * t0 + v;
-                    float x = s_cur[4 * j + 2 * h + v] * score_scale;
-                    x = ((mask_cur >> col) & 1ull) ? x : -pos_inf();
-                    s_cur[4 * j + 2 * h + v] = x;
-                    bmax[h] = fmaxf(bmax[h], x);
-                }
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 1));
-            bmax[h] = fmaxf(bmax[h], __shfl_xor_sync(0xffffffffu, bmax[h], 2));
-        }
-        if (t0 == 0) {
-            max_xchg[wg * 64 + row0] = bmax[0];
-            max_xchg[wg * 64 + row0 + 8] = bmax[1];
-        }
-        named_barrier_sync(kBarConsumers, 256);
-        float m_sub[2], alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float peer = max_xchg[(1 - wg) * 64 + row0 + 8 * h];
-            const float m_new = fmaxf(m_run[h], fmaxf(bmax[h], peer));
-            m_sub[h] = m_new == -pos_inf() ? 0.f : m_new;
-            alpha[h] = fast_exp2(m_run[h] - m_sub[h]);
-            m_run[h] = m_new;
-        }
-        float* alpha_t = alpha_buf + (t & 1) * 64;
-        if (wg == 0 && t0 == 0) {
-            alpha_t[row0] = alpha[0];
-            alpha_t[row0 + 8] = alpha[1];
-        }
-
-        // ---- p = 2^(s - m), row sums, P^T (e4m3) -> shared memory
-        float rsum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const int h = (i >> 1) & 1;
-            s_cur[i] = fast_exp2(s_cur[i] - m_sub[h]);
-            rsum[h] += s_cur[i];
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + rsum[h];
-        {
-            u8* pt = smem + L::kPt + (t & 1) * kPtBytes;
-#pragma unroll
-            for (int grp = 0; grp < 4; ++grp) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int i0 = 4 * (2 * grp) + 2 * h;
-                    const int i1 = 4 * (2 * grp + 1) + 2 * h;
-                    const u32 word = (u32)pack_e4m3x2(s_cur[i0], s_cur[i0 + 1]) |
-                                     ((u32)pack_e4m3x2(s_cur[i1], s_cur[i1 + 1]) << 16);
-                    const int head = row0 + 8 * h;
-                    *reinterpret_cast<u32*>(pt + (head >> 3) * 1024 + (4 * wg + grp) * 128 +
-                                            (head & 7) * 16 + 4 * t0) = word;
-                }
-            }
-        }
-        fence_proxy_async();  // P^T is read by wgmma (async proxy)
-        named_barrier_sync(kBarConsumers, 256);
-
-        // ---- rescale O^T: its columns are heads 8j + 2*t0 + v
-        {
-            float a_col[8][2];
-            bool any = false;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float2 a2 = *reinterpret_cast<const float2*>(alpha_t + 8 * j + 2 * t0);
-                a_col[j][0] = a2.x;
-                a_col[j][1] = a2.y;
-                any |= a2.x != 1.f || a2.y != 1.f;
-            }
-            if (__any_sync(0xffffffffu, any)) {
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-                    for (int i = 0; i < 32; ++i) o[mt][i] *= a_col[i >> 2][i & 1];
-                }
-            }
-        }
-
-        // ---- O^T[:, d 256wg…] += V^T . P^T over the 128 tokens of the pair
-        mbar_wait(bars + (kBarKFull + peer_block % kKSlots) * 8,
-                  (u32)(peer_block / kKSlots) & 1u);
-        const u32 slot0 = sk + ((2 * t) % kKSlots) * L::kTileBytes;       // block 2t
-        const u32 slot1 = sk + ((2 * t + 1) % kKSlots) * L::kTileBytes;   // block 2t+1
-        const u64 pt_desc = make_smem_desc(spt + (t & 1) * kPtBytes, 128, 1024);
-        u32 frag[2][4][4];  // [buffer][k-step][register]
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-            u32 (&fr)[4][4] = frag[mt & 1];
-            if (mt >= 2) {
-                wgmma_wait<1>();  // the M tile that used this fragment buffer is done
-                keep_alive(fr);   // ... so only now may its registers be reused
-            }
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                load_v_fragment(fr[ks], ks < 2 ? slot0 : slot1, mt, ks);
-            }
-            fence_regs(o[mt]);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                wgmma_rs(o[mt], fr[ks], pt_desc + (u64)(ks * 16), 1u);
-            }
-            wgmma_commit();
-        }
-        // Chunk 0 of the next pair's S queues behind this P.V on the tensor cores (the other
-        // chunks follow at the top of the next iteration). Issuing it only now
-        // (not before the softmax) gives the gathers of pair t+1 a whole pair of lead time: the
-        // K slots of pair t+1 are refilled when pair t-1 completes.
+        s_finish(wg);
+        softmax(0);  // O is still zero: no rescale
+    }
+    for (int t = 0; t < num_pairs; ++t) {
+        pv_issue(t);
         if (t + 1 < num_pairs) {
-            mask_next = issue_qk(own_block + 2);
+            // S of the next pair queues behind P.V: the first chunk wait inside s_begin
+            // (chunk 2) retires P.V too, so the V^T slots go back to the producer early.
+            s_begin(2 * (t + 1) + wg, true);
+            wgmma_wait<0>();
+            s_finish(2 * (t + 1) + wg);
+            if (softmax(t + 1)) rescale_o();
+        } else {
+            wgmma_wait<0>();
+            fence_regs(o);
         }
-        wgmma_wait<0>();  // P.V of this pair and S of the next one are complete
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) fence_regs(o[mt]);
-        fence_regs(s_cur);
-        fence_regs(s_next);
-        keep_alive(frag[0]);
-        keep_alive(frag[1]);
-        mbar_arrive(bars + (kBarKEmpty + (2 * t) % kKSlots) * 8);
-        mbar_arrive(bars + (kBarKEmpty + (2 * t + 1) % kKSlots) * 8);
-
-        mask_cur = mask_next;
     }
 
     // ---------------------------------------------------------------- epilogue
@@ -578,48 +601,44 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     for (int h = 0; h < 2; ++h) {
         l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
         l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+        t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 1));
+        t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 2));
     }
     if (t0 == 0) {
         sum_xchg[wg * 64 + row0] = l_run[0];
         sum_xchg[wg * 64 + row0 + 8] = l_run[1];
+        tmax_xchg[wg * 64 + row0] = t_max[0];
+        tmax_xchg[wg * 64 + row0 + 8] = t_max[1];
     }
     named_barrier_sync(kBarConsumers, 256);
-    if (wg == 0 && t0 == 0) {
+    float out_scale[2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row0 + 8 * h;
-            const int head = tile * kHeadsPerTile + row;
-            const float l_total = l_run[h] + sum_xchg[64 + row];
-            const bool empty = m_run[h] == -pos_inf();
-            float denom = l_total;
-            if (HAVE_SINK && head < p.h_q) {
-                denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_run[h]));
-            }
-            scale_buf[row] = empty ? 0.f : kv_scale / denom;
-            if (head < p.h_q) {
-                const i64 out_row = (i64)row_i * p.h_q + head;
-                p.max_logits[out_row] = empty ? -pos_inf() : m_run[h] * kLn2;
-                p.lse[out_row] = empty ? pos_inf() : (m_run[h] + log2f(l_total)) * kLn2;
-            }
+    for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        const int head = tile * kHeadsPerTile + row;
+        const float l_total = l_run[h] + sum_xchg[(1 - wg) * 64 + row];
+        const bool empty = m_ref[h] == -pos_inf();
+        float denom = l_total;
+        if (HAVE_SINK && head < p.h_q) {
+            denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[h]));
+        }
+        out_scale[h] = empty ? 0.f : kv_scale / denom;
+        if (wg == h && t0 == 0 && head < p.h_q) {
+            const float m_true = fmaxf(t_max[h], tmax_xchg[(1 - wg) * 64 + row]);
+            const i64 out_row = (i64)row_i * p.h_q + head;
+            p.max_logits[out_row] = empty ? -pos_inf() : m_true * kLn2;
+            p.lse[out_row] = empty ? pos_inf() : (m_ref[h] + log2f(l_total)) * kLn2;
         }
     }
-    named_barrier_sync(kBarConsumers, 256);
-    // Thread owns value columns d = 256*wg + 64*mt + 16*wwarp + 2g (+1) of heads 8j + 2*t0 + v.
-    const int d0 = 256 * wg + 16 * wwarp + 2 * g;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int h = 0; h < 2; ++h) {
+        const int head = tile * kHeadsPerTile + row0 + 8 * h;
+        if (head >= p.h_q) continue;
+        bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + 256 * wg + 2 * t0;
 #pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const int row = 8 * j + 2 * t0 + v;
-            const int head = tile * kHeadsPerTile + row;
-            if (head >= p.h_q) continue;
-            const float sc = scale_buf[row];
-            bf16_t* out = p.out + ((i64)row_i * p.h_q + head) * kDV + d0;
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt) {
-                *reinterpret_cast<u32*>(out + 64 * mt) =
-                    pack_bf16x2(o[mt][4 * j + v] * sc, o[mt][4 * j + 2 + v] * sc);
-            }
+        for (int j = 0; j < 32; ++j) {
+            *reinterpret_cast<u32*>(out + 8 * j) =
+                pack_bf16x2(o[4 * j + 2 * h] * out_scale[h], o[4 * j + 2 * h + 1] * out_scale[h]);
         }
     }
 }

@@ -4,7 +4,7 @@
 # instantiation the crate uses (no GPU needed), lints of the candle CUDA interop (built with
 # candle's CUDA backend, whose kernels nvcc compiles from the pinned CUDA 13.0 wheels), and an
 # nvcc build of the kernel harness (bench/harness) with the same wheels, and a model check of
-# the harness experiment's barrier protocol.
+# the 64-head kernel's barrier protocol.
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel is installed into ./.venv (about 90 MB) and used from there.
@@ -43,18 +43,15 @@ cargo run --quiet --example candle_layer --features candle
     CARGO_TARGET_DIR=target/cuda-bundle cargo clippy --workspace --all-targets \
         --features gpu-tests,candle-cuda -- -D warnings
     # The kernel harness (bench/harness, run on the GPU machine) must keep compiling against the
-    # kernels it includes; built here with the same toolkit, not run. Its 64-head candidate is
-    # the published-structure experiment (bench/harness/sparse_mla_wide_vt.cu), also built with
-    # its structural switches (one binary per set).
+    # kernels it includes; built here with the same toolkit, not run.
     mkdir -p target/harness
     rm -f target/harness/harness
     if ! NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" \
-        HARNESS_WIDE_SWITCHES="EXP_K3_VT2 EXP_LR;EXP_CLUSTER2;EXP_SW64 EXP_CLUSTER2" \
-        bench/harness/build.sh kernels/sparse_mla_narrow.cu bench/harness/sparse_mla_wide_vt.cu \
+        bench/harness/build.sh \
         >target/harness/build.log 2>&1; then
         grep -v C7517 target/harness/build.log
         exit 1
     fi
 )
-# The experiment's barrier protocol, model-checked under random schedules (no GPU).
+# The 64-head kernel's barrier protocol, model-checked under random schedules (no GPU).
 python3 bench/harness/wide_vt_protocol.py

@@ -15,7 +15,7 @@
 # `compute-sanitizer --tool racecheck harness small cand`, `gather_rates`.
 #
 # HARNESS_WIDE_SWITCHES (optional): switch sets for the 64-head candidate, separated by ';',
-# each a space-separated list of macro names, e.g. "EXP_SW64;EXP_SW64 EXP_CLUSTER2". Each set
+# each a space-separated list of macro names, e.g. "EXP_A;EXP_A EXP_B". Each set
 # adds a binary beside the harness, harness-<names joined by '+'>, whose widecand is the
 # candidate compiled with those macros defined (the other variants are the same objects).
 set -euo pipefail

@@ -12,6 +12,8 @@
 //   harness small <variant>      a few small cases, for compute-sanitizer
 //   harness time                 narrow shapes of record: base, cand (interleaved), the padded
 //                                64-head kernel, and a gather-only limit over the same indices
+//   harness time-route           64 and 128 heads at both head dims and topk 256 … 2048: widecand
+//                                beside base in 64-head tiles (which kernel a shape should run)
 //   harness time-wide            64 / 128-head shapes: wide, widecand (interleaved), and the
 //                                base / cand narrow kernels in 64-head tiles
 // HARNESS_NARROW_TILE=32 runs more than 32 heads in 32-head narrow tiles instead.
@@ -581,6 +583,17 @@ int main(int argc, char** argv) {
         for (int s_kv : {8192, 32768}) time_shape(vars, 512, 64, 512, 4096, s_kv, false);
         return 0;
     }
-    printf("usage: harness check|small <variant> | time | time-wide\n");
+    if (mode == "time-route") {
+        const std::vector<const Variant*> vars = {find_variant("widecand"), find_variant("base")};
+        printf("| (s_q, s_kv, h, d_qk, topk) | widecand ms (TFLOP/s) | base, %d-head tiles "
+               "|\n|---|---|---|\n",
+               tile_for(*find_variant("base"), 128));
+        for (int d : {576, 512})
+            for (int heads : {64, 128})
+                for (int topk : {256, 512, 1024, 2048})
+                    time_shape(vars, d, heads, topk, 4096, 32768, false);
+        return 0;
+    }
+    printf("usage: harness check|small <variant> | time | time-wide | time-route\n");
     return 2;
 }

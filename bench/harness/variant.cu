@@ -33,10 +33,7 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         once = true;
     }
-    int ctas = p.head_tiles * p.s_q;
-#ifdef EXP_CLUSTER2
-    ctas += ctas & 1;  // the experiment's clusters of two CTAs: one idle CTA pads an odd grid
-#endif
+    const int ctas = p.head_tiles * p.s_q;
     k<<<ctas, sparse_mla::kThreads, bytes, st>>>(p);
     return 0;
 }

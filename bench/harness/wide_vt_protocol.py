@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Model check of the barrier protocol of bench/harness/sparse_mla_wide_vt.cu.
+"""Model check of the barrier protocol of the 64-head kernel, kernels/sparse_mla_prefill.cu.
 
-The experiment's producer and consumer warpgroups, and with -DEXP_CLUSTER2 the two CTAs of a
-cluster, meet only on mbarriers. This script models each of them as a sequence of barrier
-arrivals and waits, in the order the kernel issues them, and runs the model under many random
-schedules. Each schedule fails on one of:
+Its producer and consumer warpgroups meet only on mbarriers. This script models each of them
+as a sequence of barrier arrivals and waits, in the order the kernel issues them, and runs the
+model under many random schedules, for the kernel's slot counts (two K slots, three V^T slots)
+and for three and two. It also models a variant that ran as a harness experiment and was not
+kept (bench/NOTES.md): the two head tiles of a query row as a 2-CTA cluster that share their
+gathers (each CTA gathers half of a block's rows and bulk-copies them into its peer's K slot).
+Its two deliberately broken versions are what shows that the checks can fail.
+Each schedule fails on one of:
 - a deadlock (no actor can move);
 - an arrival or transaction that lands in another phase than the block it belongs to (a
   parity wait would then be ambiguous);
@@ -196,7 +200,7 @@ def failures(schedules, **variant):
 
 def main():
     ok = True
-    layouts = ((2, 3), (3, 2))  # (K slots, V^T slots): the default and -DEXP_K3_VT2
+    layouts = ((2, 3), (3, 2))  # (K slots, V^T slots): the kernel's, and the one measured before
     for share in (False, True):
         for k_slots, vt_slots in layouts:
             bad, first = failures(200, k_slots=k_slots, vt_slots=vt_slots, share=share)

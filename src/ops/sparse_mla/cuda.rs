@@ -1,6 +1,7 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
-//! 16 or 32 heads (and, by default, more heads in its 64-head tiles of two 32-head warpgroups),
-//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (`HeadTiling::Tiles64`); both are compiled
+//! 16 or 32 heads (and, by default, more heads at top-k below 1024 in its 64-head tiles of two
+//! 32-head warpgroups), `kernels/sparse_mla_prefill.cu` for 64-head tiles (by default more than
+//! 32 heads at top-k 1024 or more, and every call with `HeadTiling::Tiles64`); both are compiled
 //! after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
@@ -47,12 +48,20 @@ pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(Phantom
 /// 32-head tile, both reading one gathered K ring (the default for more than 32 heads).
 pub struct SparseMlaNarrow64Kernel<const D_QK: usize, O>(PhantomData<O>);
 
-/// Dynamic shared memory of one CTA of the 64-head kernel, `320·D_QK + 18304` bytes (the kernel
-/// asserts the same formula against its layout: Q tile, four K slots, two P^T buffers, barriers
-/// and statistics).
+/// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119400` bytes (the kernel
+/// asserts the same formula against its layout: Q tile and two K slots of `64·D_QK` bytes each,
+/// three V^T slots of 33792, two P tiles of 8192, statistics and barriers).
 pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
-    (320 * d_qk + 18304) as u32
+    (192 * d_qk + 119400) as u32
 }
+
+/// The smallest top-k at which the default tiling runs more than 32 heads in the 64-head kernel
+/// rather than in the narrow kernel's 64-head tiles. The 64-head kernel runs one CTA per query
+/// row and tile (its row start and epilogue are not overlapped with other rows), the narrow
+/// kernel a persistent grid: measured on the H200 at s_kv 32768, 64 and 128 heads, both head
+/// dims, the 64-head kernel is 1.06-1.14× faster at top-k 1024 and 2048, and the narrow tiles
+/// 1.06-1.24× faster at 256 and 512 (`bench/RESULTS.md`).
+pub const SPARSE_MLA_WIDE_MIN_TOPK: usize = 1024;
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
 /// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
@@ -198,17 +207,19 @@ enum TileKernel {
     Wide,
 }
 
-/// The kernel, the head tile width and the tiles per query row that run `heads` real heads
-/// under `tiling`. By default the narrow kernel runs them in the narrowest of its tiles that
-/// holds them (8, 16 or 32, whatever `H_Q` pads them to: 16 real heads of `H_Q = 64` launch
-/// exactly as with `H_Q = 16`), more than 32 in its 64-head tiles; `Tiles64` runs the 64-head
-/// kernel's tiles. Only tiles that hold a real head are launched.
-fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (TileKernel, usize, usize) {
+/// The kernel, the head tile width and the tiles per query row that run `heads` real heads at
+/// top-k width `topk` under `tiling`. By default the narrow kernel runs them in the narrowest of
+/// its tiles that holds them (8, 16 or 32, whatever `H_Q` pads them to: 16 real heads of
+/// `H_Q = 64` launch exactly as with `H_Q = 16`); more than 32 run in 64-head tiles, of the
+/// 64-head kernel from top-k [`SPARSE_MLA_WIDE_MIN_TOPK`] on and of the narrow kernel below it;
+/// `Tiles64` runs the 64-head kernel's tiles. Only tiles that hold a real head are launched.
+fn head_tile_plan(tiling: HeadTiling, heads: usize, topk: usize) -> (TileKernel, usize, usize) {
     let (kernel, tile) = match tiling {
         HeadTiling::Fastest => match heads {
             0..=8 => (TileKernel::Narrow, 8),
             9..=16 => (TileKernel::Narrow, 16),
             17..=32 => (TileKernel::Narrow, 32),
+            _ if topk >= SPARSE_MLA_WIDE_MIN_TOPK => (TileKernel::Wide, 64),
             _ => (TileKernel::Narrow, 64),
         },
         HeadTiling::Tiles64 => (TileKernel::Wide, 64),
@@ -230,7 +241,7 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        let (kernel, tile, head_tiles) = head_tile_plan(call.tiling, HEADS);
+        let (kernel, tile, head_tiles) = head_tile_plan(call.tiling, HEADS, TOPK);
         let SparseMlaCall {
             tiling: _,
             s_q,
@@ -330,39 +341,44 @@ mod tiling_tests {
     fn real_heads_run_in_the_narrowest_tiles_that_hold_them() {
         use HeadTiling::{Fastest, Tiles64};
         use TileKernel::{Narrow, Wide};
-        // (tiling, real heads) -> (kernel, tile width, tiles per row)
+        // (tiling, real heads, topk) -> (kernel, tile width, tiles per row)
         let cases = [
-            (Fastest, 1, (Narrow, 8, 1)),
-            (Fastest, 5, (Narrow, 8, 1)),
-            (Fastest, 8, (Narrow, 8, 1)),
-            (Fastest, 12, (Narrow, 16, 1)),
-            (Fastest, 16, (Narrow, 16, 1)),
-            (Fastest, 20, (Narrow, 32, 1)),
-            (Fastest, 32, (Narrow, 32, 1)),
-            (Fastest, 33, (Narrow, 64, 1)),
-            (Fastest, 40, (Narrow, 64, 1)),
-            (Fastest, 64, (Narrow, 64, 1)),
-            (Fastest, 80, (Narrow, 64, 2)),
-            (Fastest, 100, (Narrow, 64, 2)),
-            (Fastest, 128, (Narrow, 64, 2)),
-            (Tiles64, 5, (Wide, 64, 1)),
-            (Tiles64, 16, (Wide, 64, 1)),
-            (Tiles64, 64, (Wide, 64, 1)),
-            (Tiles64, 80, (Wide, 64, 2)),
-            (Tiles64, 128, (Wide, 64, 2)),
+            (Fastest, 1, 2048, (Narrow, 8, 1)),
+            (Fastest, 5, 512, (Narrow, 8, 1)),
+            (Fastest, 8, 2048, (Narrow, 8, 1)),
+            (Fastest, 12, 2048, (Narrow, 16, 1)),
+            (Fastest, 16, 2048, (Narrow, 16, 1)),
+            (Fastest, 20, 2048, (Narrow, 32, 1)),
+            (Fastest, 32, 4096, (Narrow, 32, 1)),
+            (Fastest, 33, 512, (Narrow, 64, 1)),
+            (Fastest, 33, 1024, (Wide, 64, 1)),
+            (Fastest, 40, 896, (Narrow, 64, 1)),
+            (Fastest, 64, 512, (Narrow, 64, 1)),
+            (Fastest, 64, 2048, (Wide, 64, 1)),
+            (Fastest, 80, 128, (Narrow, 64, 2)),
+            (Fastest, 100, 1024, (Wide, 64, 2)),
+            (Fastest, 128, 512, (Narrow, 64, 2)),
+            (Fastest, 128, 2048, (Wide, 64, 2)),
+            (Tiles64, 5, 128, (Wide, 64, 1)),
+            (Tiles64, 16, 2048, (Wide, 64, 1)),
+            (Tiles64, 64, 512, (Wide, 64, 1)),
+            (Tiles64, 80, 512, (Wide, 64, 2)),
+            (Tiles64, 128, 2048, (Wide, 64, 2)),
         ];
-        for (tiling, heads, plan) in cases {
+        for (tiling, heads, topk, plan) in cases {
             assert_eq!(
-                head_tile_plan(tiling, heads),
+                head_tile_plan(tiling, heads, topk),
                 plan,
-                "{tiling:?}, {heads} heads"
+                "{tiling:?}, {heads} heads, topk {topk}"
             );
         }
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
-            for tiling in [Fastest, Tiles64] {
-                let (_, tile, tiles) = head_tile_plan(tiling, heads);
-                assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
+            for topk in [128, 896, 1024, 2048] {
+                for tiling in [Fastest, Tiles64] {
+                    let (_, tile, tiles) = head_tile_plan(tiling, heads, topk);
+                    assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
+                }
             }
         }
     }
@@ -441,6 +457,20 @@ mod mirror_tests {
             for tile in [8usize, 16, 32, 64] {
                 let instantiation = format!("sparse_mla_narrow_kernel<{d}, {tile}, true, true>");
                 if let Err(e) = compile_kernel(NARROW_SOURCE, &instantiation, Arch::Sm90a) {
+                    panic!("{instantiation} does not compile: {e}");
+                }
+            }
+        }
+    }
+
+    /// The 64-head kernel at both head dims and every option, under NVRTC (as the narrow tiles
+    /// above).
+    #[test]
+    fn every_wide_instantiation_compiles_under_nvrtc() {
+        for d in [512usize, 576] {
+            for (length, sink) in [(false, false), (true, false), (true, true)] {
+                let instantiation = format!("sparse_mla_prefill_kernel<{d}, {length}, {sink}>");
+                if let Err(e) = compile_kernel(WIDE_SOURCE, &instantiation, Arch::Sm90a) {
                     panic!("{instantiation} does not compile: {e}");
                 }
             }

@@ -131,18 +131,18 @@ impl<const HEADS: usize> RowShape for OutRow<HEADS> {
 /// that wants one kernel's numbers everywhere can name it. The CPU reference ignores it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum HeadTiling {
-    /// The fastest kernel measured on the H200 for the real heads: up to 32 run one narrow tile
-    /// (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that holds them (also
-    /// when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a 16-head tile); more
-    /// run `HEADS.div_ceil(64)` of the narrow kernel's 64-head tiles, each one CTA whose two
-    /// warpgroups run 32 heads apiece over one gathered K ring (1.18-1.21× faster than the
-    /// 64-head kernel at d_qk 576, 1.11-1.12× at 512, `bench/RESULTS.md`; a row's tiles run on
-    /// neighbouring CTAs, so its gathered rows are L2 hits for the later tiles).
+    /// The fastest kernel measured on the H200 for the real heads and the top-k: up to 32 heads
+    /// run one narrow tile (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that
+    /// holds them (also when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a
+    /// 16-head tile). More run in `HEADS.div_ceil(64)` tiles of 64 heads: from `TOPK` 1024 on in
+    /// the 64-head kernel (`kernels/sparse_mla_prefill.cu`, 1.06-1.14× faster there), below it in
+    /// the narrow kernel's 64-head tiles, whose persistent grid overlaps one row's start and end
+    /// with other rows (1.06-1.24× faster at `TOPK` 256 and 512; both in `bench/RESULTS.md`).
     #[default]
     Fastest,
     /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),
-    /// `HEADS.div_ceil(64)` of them, whatever `H_Q` is: the kernel every published Hopper
-    /// implementation runs, kept as the baseline of the narrow tiles.
+    /// `HEADS.div_ceil(64)` of them, whatever `H_Q` and `TOPK` are: one kernel's numbers
+    /// everywhere, and the structure of the published Hopper kernels.
     Tiles64,
 }
 
