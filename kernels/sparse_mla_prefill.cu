@@ -91,7 +91,7 @@ struct Smem {
     }
     static constexpr int kTileBytes = kHeadsPerTile * D_QK;
     static constexpr int kQ = 0;                                // [64 heads][D_QK]
-    static constexpr int kK = kQ + kTileBytes;                  // [kKSlots][64 tokens][D_QK]
+    static constexpr int kK = kQ + kTileBytes;                  // [kKSlots] x 64 * D_QK (k_chunk)
     static constexpr int kVt = kK + kKSlots * kTileBytes;       // [kVtSlots][512][64 positions]
     static constexpr int kP = kVt + kVtSlots * kVtBytes;        // [2][64 heads][128 positions]
     static constexpr int kMax = kP + 2 * kPBytes;               // f32 [2 wg][64] block maxima
@@ -174,7 +174,8 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b
 }
 
 // Producer warps (warps 8-11) gather: warp w copies tokens 16w … 16w + 15 of every block; lane
-// = (token % 8) + 8 * (chunk % 4), so eight lanes fill one 128-byte core matrix.
+// = (token % 8) + 8 * (chunk % 4), so one cp.async instruction fills one 512-byte atom of the
+// 64-byte swizzle (8 tokens x 64 bytes, contiguous).
 template <int D_QK>
 struct Gather {
     using L = Smem<D_QK>;
@@ -584,8 +585,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     for (int t = 0; t < num_pairs; ++t) {
         pv_issue(t);
         if (t + 1 < num_pairs) {
-            // S of the next pair queues behind P.V: the first chunk wait inside s_begin
-            // (chunk 2) retires P.V too, so the V^T slots go back to the producer early.
+            // S of the next pair queues behind P.V: after S chunks 0 and 1 are issued, s_begin
+            // waits for P.V's group of block 0, then of block 1 (wgmma_wait<2>), and returns
+            // each V^T slot to the producer as soon as its group is done.
             s_begin(2 * (t + 1) + wg, true);
             wgmma_wait<0>();
             s_finish(2 * (t + 1) + wg);

@@ -10,7 +10,7 @@ use super::launch::{SparseMlaCall, SparseMlaLaunch};
 use super::{HeadTiling, Options};
 use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Threads per CTA of the 64-head kernel: two consumer warpgroups and a producer warpgroup
 /// (`sparse_mla::kThreads`).
@@ -227,6 +227,24 @@ fn head_tile_plan(tiling: HeadTiling, heads: usize, topk: usize) -> (TileKernel,
     (kernel, tile, heads.div_ceil(tile))
 }
 
+/// The work items of a call, `s_q · head_tiles` (query row, head tile): the kernels count them
+/// in `i32` and the 64-head kernel launches one CTA each on a 1-D grid (at most 2³¹ − 1), so a
+/// call with more is refused rather than truncated.
+fn work_items(s_q: usize, head_tiles: usize) -> Result<u32> {
+    let limit = i32::MAX as usize;
+    match s_q.checked_mul(head_tiles) {
+        Some(items) if items <= limit => Ok(items as u32),
+        _ => Err(Error::Value {
+            param: "s_q",
+            value: s_q as i64,
+            range: format!(
+                "0 ..= {} with {head_tiles} head tiles a row",
+                limit / head_tiles.max(1)
+            ),
+        }),
+    }
+}
+
 impl SparseMlaLaunch for Cuda {
     unsafe fn sparse_mla<
         const D_QK: usize,
@@ -277,7 +295,7 @@ impl SparseMlaLaunch for Cuda {
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
         };
-        let rows = (head_tiles * s_q) as u32; // work items: (query row, head tile)
+        let rows = work_items(s_q, head_tiles)?; // work items: (query row, head tile)
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match (kernel, tile) {
@@ -372,6 +390,12 @@ mod tiling_tests {
                 "{tiling:?}, {heads} heads, topk {topk}"
             );
         }
+        // More work items than the kernels count in i32 are refused, not truncated.
+        assert_eq!(work_items(4096, 2).unwrap(), 8192);
+        assert_eq!(work_items(i32::MAX as usize, 1).unwrap(), i32::MAX as u32);
+        let err = work_items(1 << 30, 2).unwrap_err().to_string();
+        assert!(err.contains("s_q") && err.contains("1073741823"), "{err}");
+        assert!(work_items(usize::MAX, 16).is_err());
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
             for topk in [128, 896, 1024, 2048] {
