@@ -270,6 +270,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
     static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
 
+    // The swizzled K slots need their 512-byte atoms aligned: the dynamic shared memory starts
+    // 1 KB-aligned (no static shared memory), and every region offset is checked in Smem.
     extern __shared__ __align__(1024) u8 smem[];
     const u32 smem_base = smem_addr(smem);
     const u32 sq = smem_base + L::kQ;
