@@ -227,11 +227,12 @@ fn head_tile_plan(tiling: HeadTiling, heads: usize, topk: usize) -> (TileKernel,
     (kernel, tile, heads.div_ceil(tile))
 }
 
-/// The work items of a call, `s_q · head_tiles` (query row, head tile): the kernels count them
-/// in `i32` and the 64-head kernel launches one CTA each on a 1-D grid (at most 2³¹ − 1), so a
-/// call with more is refused rather than truncated.
+/// The work items of a call, `s_q · head_tiles` (query row, head tile), at most 2³⁰: the
+/// kernels count them in `i32` (the narrow kernel's persistent CTAs step `item += gridDim.x`,
+/// which must not overflow) and the 64-head kernel launches one CTA each on a 1-D grid, so a
+/// call with more is refused rather than truncated or wrapped.
 fn work_items(s_q: usize, head_tiles: usize) -> Result<u32> {
-    let limit = i32::MAX as usize;
+    let limit = 1usize << 30;
     match s_q.checked_mul(head_tiles) {
         Some(items) if items <= limit => Ok(items as u32),
         _ => Err(Error::Value {
@@ -390,11 +391,13 @@ mod tiling_tests {
                 "{tiling:?}, {heads} heads, topk {topk}"
             );
         }
-        // More work items than the kernels count in i32 are refused, not truncated.
+        // More work items than the kernels can step through in i32 are refused, not wrapped.
         assert_eq!(work_items(4096, 2).unwrap(), 8192);
-        assert_eq!(work_items(i32::MAX as usize, 1).unwrap(), i32::MAX as u32);
-        let err = work_items(1 << 30, 2).unwrap_err().to_string();
-        assert!(err.contains("s_q") && err.contains("1073741823"), "{err}");
+        assert_eq!(work_items(1 << 30, 1).unwrap(), 1 << 30);
+        assert_eq!(work_items(1 << 29, 2).unwrap(), 1 << 30);
+        let err = work_items((1 << 29) + 1, 2).unwrap_err().to_string();
+        assert!(err.contains("s_q") && err.contains("536870912"), "{err}");
+        assert!(work_items(i32::MAX as usize, 1).is_err());
         assert!(work_items(usize::MAX, 16).is_err());
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
