@@ -2,9 +2,7 @@
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
 # needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|harness|gather-rates|all]
-# HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed);
-# HARNESS_WIDE_SWITCHES: switch sets of the 64-head candidate (bench/harness/build.sh), bundled as
-# bin/harness-<switches>.
+# HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.gpu
@@ -35,9 +33,6 @@ log=$(mktemp)
 ) || { echo "harness build failed: see target/harness-build.log" >&2; exit 1; }
 cp target/harness/harness "$out/bin/harness"
 cp target/harness/gather_rates "$out/bin/gather_rates"
-for switched in target/harness/harness-*; do  # HARNESS_WIDE_SWITCHES builds (bench/harness/build.sh)
-    [ -e "$switched" ] && cp "$switched" "$out/bin/"
-done
 echo "bundled harness, gather_rates"
 python3 - "$log" "$out/bin" <<'PY'
 import json, shutil, sys

@@ -46,8 +46,7 @@ cargo run --quiet --example candle_layer --features candle
     # kernels it includes; built here with the same toolkit, not run.
     mkdir -p target/harness
     rm -f target/harness/harness
-    if ! NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" \
-        bench/harness/build.sh \
+    if ! NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" bench/harness/build.sh \
         >target/harness/build.log 2>&1; then
         grep -v C7517 target/harness/build.log
         exit 1

@@ -13,11 +13,6 @@
 # alone, by copy path: bench/harness/gather_rates.cu). The binaries need only the CUDA runtime
 # they link: copy them to the GPU machine and run e.g. `harness check cand`, `harness time`,
 # `compute-sanitizer --tool racecheck harness small cand`, `gather_rates`.
-#
-# HARNESS_WIDE_SWITCHES (optional): switch sets for the 64-head candidate, separated by ';',
-# each a space-separated list of macro names, e.g. "EXP_A;EXP_A EXP_B". Each set
-# adds a binary beside the harness, harness-<names joined by '+'>, whose widecand is the
-# candidate compiled with those macros defined (the other variants are the same objects).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # Paths given by the caller are resolved against the caller's directory (and must exist).
@@ -34,7 +29,7 @@ compile() {  # name file wide [grid]
     [ -n "${4:-}" ] && defs+=(-DVARIANT_GRID="$4")
     "$nvcc" "${flags[@]}" "${defs[@]}" -c bench/harness/variant.cu -o "$obj/$1.o"
 }
-rm -f "$obj"/*.o "$out" "$out"-* "$(dirname "$out")/gather_rates"  # never link a stale object
+rm -f "$obj"/*.o "$out" "$(dirname "$out")/gather_rates"  # never link a stale object
 # Two compiles at a time; `wait PID` returns each one's status, so a failed compile stops here.
 compile base "$root/kernels/sparse_mla_narrow.cu" 0 &
 first=$!
@@ -51,17 +46,3 @@ compile widecand "$wide_cand" 1
 # shellcheck disable=SC2086
 "$nvcc" "${flags[@]}" -o "$(dirname "$out")/gather_rates" bench/harness/gather_rates.cu ${HARNESS_LDFLAGS:-}
 echo "harness: $out"
-IFS=';' read -ra switch_sets <<<"${HARNESS_WIDE_SWITCHES:-}"
-for set in "${switch_sets[@]}"; do
-    read -ra names <<<"$set"
-    [ "${#names[@]}" -eq 0 ] && continue
-    tag=$(IFS=+; echo "${names[*]}")
-    defs=()
-    for name in "${names[@]}"; do defs+=("-D$name"); done
-    "$nvcc" "${flags[@]}" "${defs[@]}" -DVARIANT_NAME=widecand "-DVARIANT_FILE=\"$wide_cand\"" \
-        -DVARIANT_WIDE=1 -c bench/harness/variant.cu -o "$obj/widecand-$tag.o"
-    # shellcheck disable=SC2086
-    "$nvcc" "${flags[@]}" -o "$out-$tag" "$obj"/{main,base,cand,grid7,wide}.o "$obj/widecand-$tag.o" \
-        ${HARNESS_LDFLAGS:-}
-    echo "harness: $out-$tag"
-done

@@ -33,8 +33,7 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         once = true;
     }
-    const int ctas = p.head_tiles * p.s_q;
-    k<<<ctas, sparse_mla::kThreads, bytes, st>>>(p);
+    k<<<p.head_tiles * p.s_q, sparse_mla::kThreads, bytes, st>>>(p);
     return 0;
 }
 template <int D, bool L, bool S>

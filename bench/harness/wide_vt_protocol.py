@@ -1,30 +1,28 @@
 #!/usr/bin/env python3
 """Model check of the barrier protocol of the 64-head kernel, kernels/sparse_mla_prefill.cu.
 
-Its producer and consumer warpgroups meet only on mbarriers. This script models each of them
-as a sequence of barrier arrivals and waits, in the order the kernel issues them, and runs the
-model under many random schedules, for the kernel's slot counts (two K slots, three V^T slots)
-and for three and two. It also models a variant that ran as a harness experiment and was not
-kept (bench/NOTES.md): the two head tiles of a query row as a 2-CTA cluster that share their
-gathers (each CTA gathers half of a block's rows and bulk-copies them into its peer's K slot).
-Its two deliberately broken versions are what shows that the checks can fail.
-Each schedule fails on one of:
+Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full / k_empty
+per K slot, vt_full / vt_empty per V^T slot) and, between the consumers, in the softmax's vote
+once a pair. This script models each of them as the sequence of arrivals and waits the kernel
+issues, in its order, runs the model under many random schedules, and tracks which block each
+slot holds and who is reading it. A schedule fails on:
 - a deadlock (no actor can move);
-- an arrival or transaction that lands in another phase than the block it belongs to (a
-  parity wait would then be ambiguous);
-- a copy into a peer's K slot that the peer still uses;
-- a gather over a half that is still being copied out.
+- an arrival in another phase than the block it belongs to (a parity wait would then be
+  ambiguous), or a parity wait that could see two phases completed;
+- a slot written while a reader still uses it, or read when it holds another block.
 
 It checks the protocol, not the code: a change to the kernel's order of waits and arrivals
 belongs here too. Run it with no arguments. It exits non-zero when the protocol fails, or when
-a known-broken variant of it passes, which shows that the checks can fail.
+a deliberately broken variant of it passes, which shows that the checks can fail.
 
-Model: a block's cp.async land as soon as they are issued, and a bulk copy lands as soon as it
-is issued; waits may be delayed arbitrarily. The two consumer warpgroups of a CTA meet once a
-pair, in the softmax's vote.
+Model: a block's cp.async land as soon as they are issued; waits may be delayed arbitrarily. S
+reads its K slot from s_begin to s_finish; P.V of a pair reads its two V^T slots from its issue
+until the next pair's S releases them (the last pair's reads end with the kernel).
 """
 import random
 import sys
+
+K_SLOTS, VT_SLOTS = 2, 3  # the kernel's kKSlots, kVtSlots
 
 
 class ProtocolError(Exception):
@@ -32,31 +30,18 @@ class ProtocolError(Exception):
 
 
 class Barrier:
-    """An mbarrier: `expected` arrivals and a zero transaction count complete a phase."""
+    """An mbarrier: `expected` arrivals complete a phase."""
 
     def __init__(self, expected):
         self.expected = expected
         self.pending = expected
-        self.tx = 0
         self.done = 0  # completed phases
 
-    def arrive(self, phase, tx=0):
+    def arrive(self, phase):
         if phase != self.done:
             raise ProtocolError(f"arrival for phase {phase} in phase {self.done}")
         self.pending -= 1
-        self.tx += tx
-        self._complete()
-
-    def complete_tx(self, phase, tx):
-        if phase != self.done:
-            raise ProtocolError(f"transaction bytes for phase {phase} in phase {self.done}")
-        self.tx -= tx
-        self._complete()
-
-    def _complete(self):
-        if self.pending < 0:
-            raise ProtocolError("more arrivals than the barrier expects")
-        if self.pending == 0 and self.tx == 0:
+        if self.pending == 0:
             self.done += 1
             self.pending = self.expected
 
@@ -72,105 +57,92 @@ def until(bar, phases):
     return ready
 
 
-def run(num_blocks, k_slots, vt_slots, share, copy_in_build=False, skip_peer_free=False, rng=random):
-    """One random schedule. The two flags select known-broken variants."""
-    lag = k_slots - 1  # the V^T build of block b runs in producer step b + lag
-    ctas = []
-    for _ in range(2 if share else 1):
-        ctas.append({
-            "k_full": [Barrier(3 if share else 2) for _ in range(k_slots)],
-            "k_empty": [Barrier(2) for _ in range(k_slots)],  # owner's S, the V^T build
-            "half_full": [Barrier(1) for _ in range(k_slots)],
-            "peer_free": [Barrier(1) for _ in range(k_slots)],
-            "vt_full": [Barrier(1) for _ in range(vt_slots)],
-            "vt_empty": [Barrier(2) for _ in range(vt_slots)],  # P.V of both warpgroups
-            "vote": {},
-        })
-    exited = [0]
-    actors_per_cluster = 6
+class Slot:
+    """A shared-memory slot: the block it holds and who reads it."""
 
-    def cluster_sync():
-        exited[0] += 1
-        yield lambda: exited[0] >= actors_per_cluster
+    def __init__(self, name):
+        self.name, self.block, self.readers = name, None, set()
 
-    def producer(r):
-        me, peer = ctas[r], ctas[1 - r] if share else None
+    def write(self, block):
+        if self.readers:
+            raise ProtocolError(f"{self.name} written with block {block} while {self.readers} read it")
+        self.block = block
 
-        def copy(b):
-            s = b % k_slots
-            yield until(me["half_full"][s], b // k_slots + 1)
-            if peer["k_empty"][s].done < b // k_slots:
-                raise ProtocolError("a copy into a peer's K slot the peer still uses")
-            peer["k_full"][s].complete_tx(b // k_slots, 1)
+    def read(self, who, block):
+        if self.block != block:
+            raise ProtocolError(f"{who} reads block {block} from {self.name}, which holds {self.block}")
+        self.readers.add(who)
 
-        for st in range(num_blocks + lag):
+    def release(self, who):
+        self.readers.discard(who)
+
+
+def run(num_blocks, rng, broken=None):
+    """One random schedule; `broken` names a known-broken variant."""
+    k_full = [Barrier(2) for _ in range(K_SLOTS)]  # cp.async-tracked + plain arrivals
+    k_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the owner's S, the V^T build
+    vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
+    vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]  # P.V of both warpgroups
+    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]
+    vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
+    votes = {}
+
+    def producer():
+        # step st: the gathers of block st, then the V^T build of block st - 1
+        for st in range(num_blocks + 1):
             if st < num_blocks:
-                s, use = st % k_slots, st // k_slots
-                if st >= k_slots:
-                    yield until(me["k_empty"][s], use)
-                if share:
-                    if st >= k_slots:
-                        peer["peer_free"][s].arrive(use - 1)
-                        if not skip_peer_free:
-                            yield until(me["peer_free"][s], use)
-                    me["k_full"][s].arrive(use, tx=1)  # thread 0: the peer's copy to come
-                    if st >= k_slots and peer["k_full"][s].done < use:
-                        raise ProtocolError("a gather over a half still being copied out")
-                    me["half_full"][s].arrive(use)
-                me["k_full"][s].arrive(use)  # cp.async-tracked arrivals
-                me["k_full"][s].arrive(use)  # plain arrivals
-            if share and not copy_in_build and 1 <= st <= num_blocks:
-                yield from copy(st - 1)
-            b = st - lag
+                s, use = st % K_SLOTS, st // K_SLOTS
+                if st >= K_SLOTS and broken != "gathers without k_empty":
+                    yield until(k_empty[s], use)
+                k_slot[s].write(st)
+                k_full[s].arrive(use)
+                k_full[s].arrive(use)
+            b = st - 1
             if b >= 0:
-                if share and copy_in_build:
-                    yield from copy(b)
-                s, v = b % k_slots, b % vt_slots
-                yield until(me["k_full"][s], b // k_slots + 1)
-                if b >= vt_slots:
-                    yield until(me["vt_empty"][v], b // vt_slots)
-                me["vt_full"][v].arrive(b // vt_slots)
-                me["k_empty"][s].arrive(b // k_slots)
-        if share:
-            yield from cluster_sync()
+                s, v = b % K_SLOTS, b % VT_SLOTS
+                yield until(k_full[s], b // K_SLOTS + 1)
+                if b >= VT_SLOTS and broken != "build without vt_empty":
+                    yield until(vt_empty[v], b // VT_SLOTS)
+                k_slot[s].read("build", b)
+                vt_slot[v].write(b)
+                k_slot[s].release("build")
+                vt_full[v].arrive(b // VT_SLOTS)
+                k_empty[s].arrive(b // K_SLOTS)
 
-    def consumer(r, wg):
-        me = ctas[r]
-        pairs = num_blocks // 2
+    def consumer(wg):
+        me = f"warpgroup {wg}"
 
-        def s_begin(b, release_pair):
-            yield until(me["k_full"][b % k_slots], b // k_slots + 1)
+        def s_block(b, release_pair):
+            s = b % K_SLOTS
+            yield until(k_full[s], b // K_SLOTS + 1)
+            k_slot[s].read(me, b)
             if release_pair is not None:  # P.V of the pair before is done, block by block
                 for c in range(2):
                     blk = 2 * release_pair + c
-                    me["vt_empty"][blk % vt_slots].arrive(blk // vt_slots)
+                    vt_slot[blk % VT_SLOTS].release((me, blk))
+                    vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+            yield None  # S runs
+            k_slot[s].release(me)
+            k_empty[s].arrive(b // K_SLOTS)
 
-        def s_finish(b):
-            me["k_empty"][b % k_slots].arrive(b // k_slots)
+        def vote(t):
+            votes[t] = votes.get(t, 0) + 1
+            yield lambda: votes[t] >= 2
 
-        def softmax(t):
-            me["vote"][t] = me["vote"].get(t, 0) + 1
-            yield lambda: me["vote"][t] >= 2
-
+        pairs = num_blocks // 2
         if pairs > 0:
-            yield from s_begin(wg, None)
-            s_finish(wg)
-            yield from softmax(0)
+            yield from s_block(wg, None)
+            yield from vote(0)
         for t in range(pairs):
             for kb in range(2):
                 blk = 2 * t + kb
-                yield until(me["vt_full"][blk % vt_slots], blk // vt_slots + 1)
+                yield until(vt_full[blk % VT_SLOTS], blk // VT_SLOTS + 1)
+                vt_slot[blk % VT_SLOTS].read((me, blk), blk)
             if t + 1 < pairs:
-                b = 2 * (t + 1) + wg
-                yield from s_begin(b, t)
-                s_finish(b)
-                yield from softmax(t + 1)
-        if share:
-            yield from cluster_sync()
+                yield from s_block(2 * (t + 1) + wg, t)
+                yield from vote(t + 1)
 
-    actors = []
-    for r in range(len(ctas)):
-        actors += [producer(r), consumer(r, 0), consumer(r, 1)]
+    actors = [producer(), consumer(0), consumer(1)]
     waits = [None] * len(actors)
     alive = [True] * len(actors)
     while any(alive):
@@ -184,14 +156,14 @@ def run(num_blocks, k_slots, vt_slots, share, copy_in_build=False, skip_peer_fre
             alive[i] = False
 
 
-def failures(schedules, **variant):
-    """How many of `schedules` random schedules per case fail, and the first error."""
+def failures(schedules, broken=None):
+    """How many of `schedules` random schedules per block count fail, and the first error."""
     rng = random.Random(2026)
     bad, first = 0, None
     for _ in range(schedules):
         for num_blocks in (0, 2, 4, 6, 8, 16):
             try:
-                run(num_blocks, rng=rng, **variant)
+                run(num_blocks, rng, broken)
             except ProtocolError as e:
                 bad += 1
                 first = first or f"{num_blocks} blocks: {e}"
@@ -199,22 +171,13 @@ def failures(schedules, **variant):
 
 
 def main():
-    ok = True
-    layouts = ((2, 3), (3, 2))  # (K slots, V^T slots): the kernel's, and the one measured before
-    for share in (False, True):
-        for k_slots, vt_slots in layouts:
-            bad, first = failures(200, k_slots=k_slots, vt_slots=vt_slots, share=share)
-            name = f"{'shared gathers' if share else 'one CTA'}, {k_slots} K / {vt_slots} V^T slots"
-            print(f"{name}: {'ok' if bad == 0 else f'{bad} failing schedules, e.g. {first}'}")
-            ok &= bad == 0
-    # Known-broken variants must fail, or the checks above prove nothing.
-    for what, variant in (
-        ("the copy inside the V^T build step", dict(copy_in_build=True)),
-        ("no wait for the peer's free slot", dict(skip_peer_free=True)),
-    ):
-        bad, first = failures(200, k_slots=3, vt_slots=2, share=True, **variant)
-        print(f"broken on purpose ({what}, 3 K / 2 V^T): "
-              f"{'caught: ' + first if bad else 'NOT caught'}")
+    bad, first = failures(400)
+    print(f"{K_SLOTS} K / {VT_SLOTS} V^T slots: {'ok' if bad == 0 else f'{bad} failing schedules, e.g. {first}'}")
+    ok = bad == 0
+    # Known-broken variants must fail, or the check above proves nothing.
+    for broken in ("gathers without k_empty", "build without vt_empty"):
+        bad, first = failures(400, broken)
+        print(f"broken on purpose ({broken}): {'caught: ' + first if bad else 'NOT caught'}")
         ok &= bad > 0
     return 0 if ok else 1
 

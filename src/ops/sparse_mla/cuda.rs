@@ -7,10 +7,10 @@
 use std::marker::PhantomData;
 
 use super::launch::{SparseMlaCall, SparseMlaLaunch};
-use super::{HeadTiling, Options};
+use super::{HeadTiling, Options, max_query_rows};
 use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Threads per CTA of the 64-head kernel: two consumer warpgroups and a producer warpgroup
 /// (`sparse_mla::kThreads`).
@@ -227,25 +227,6 @@ fn head_tile_plan(tiling: HeadTiling, heads: usize, topk: usize) -> (TileKernel,
     (kernel, tile, heads.div_ceil(tile))
 }
 
-/// The work items of a call, `s_q · head_tiles` (query row, head tile), at most 2³⁰: the
-/// kernels count them in `i32` (the narrow kernel's persistent CTAs step `item += gridDim.x`,
-/// which must not overflow) and the 64-head kernel launches one CTA each on a 1-D grid, so a
-/// call with more is refused rather than truncated or wrapped.
-fn work_items(s_q: usize, head_tiles: usize) -> Result<u32> {
-    let limit = 1usize << 30;
-    match s_q.checked_mul(head_tiles) {
-        Some(items) if items <= limit => Ok(items as u32),
-        _ => Err(Error::Value {
-            param: "s_q",
-            value: s_q as i64,
-            range: format!(
-                "0 ..= {} with {head_tiles} head tiles a row",
-                limit / head_tiles.max(1)
-            ),
-        }),
-    }
-}
-
 impl SparseMlaLaunch for Cuda {
     unsafe fn sparse_mla<
         const D_QK: usize,
@@ -296,7 +277,10 @@ impl SparseMlaLaunch for Cuda {
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
         };
-        let rows = work_items(s_q, head_tiles)?; // work items: (query row, head tile)
+        // Work items (query row, head tile): at most 2^30, as `max_query_rows` bounded s_q at
+        // the typed boundary.
+        debug_assert!(s_q <= max_query_rows(HEADS) && head_tiles * s_q <= 1 << 30);
+        let rows = (head_tiles * s_q) as u32;
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match (kernel, tile) {
@@ -391,14 +375,15 @@ mod tiling_tests {
                 "{tiling:?}, {heads} heads, topk {topk}"
             );
         }
-        // More work items than the kernels can step through in i32 are refused, not wrapped.
-        assert_eq!(work_items(4096, 2).unwrap(), 8192);
-        assert_eq!(work_items(1 << 30, 1).unwrap(), 1 << 30);
-        assert_eq!(work_items(1 << 29, 2).unwrap(), 1 << 30);
-        let err = work_items((1 << 29) + 1, 2).unwrap_err().to_string();
-        assert!(err.contains("s_q") && err.contains("536870912"), "{err}");
-        assert!(work_items(i32::MAX as usize, 1).is_err());
-        assert!(work_items(usize::MAX, 16).is_err());
+        // The boundary's row bound keeps every plan's work items within 2^30 (the kernels step
+        // through them in i32), and it is exact for whole 64-head tiles.
+        assert_eq!(max_query_rows(128), 1 << 29);
+        for heads in 1..=1024 {
+            for tiling in [Fastest, Tiles64] {
+                let (_, _, tiles) = head_tile_plan(tiling, heads, 2048);
+                assert!(tiles * max_query_rows(heads) <= 1 << 30, "{heads} heads");
+            }
+        }
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
             for topk in [128, 896, 1024, 2048] {

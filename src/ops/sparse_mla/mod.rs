@@ -342,6 +342,15 @@ impl<
     }
 }
 
+/// The most query rows one call takes at `heads` real heads: the CUDA kernels count their work
+/// items, a query row for each head tile of at most 64 heads, in `i32`, and their persistent
+/// CTAs step `item += gridDim.x`, so the items stay at most 2³⁰ (far beyond any buffer a GPU
+/// holds: 2³⁰ rows of one 8-head tile are 5 TB of q at d_qk 576).
+pub const fn max_query_rows(heads: usize) -> usize {
+    let tiles = if heads > 64 { heads.div_ceil(64) } else { 1 };
+    (1 << 30) / tiles
+}
+
 impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: Storage<B>>
     SparseMlaInputs<B, D_QK, HEADS, TOPK, Plain, S>
 {
@@ -355,11 +364,12 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: St
     ) -> Result<Self> {
         indices.expect_rows("indices", "query rows (as q)", q.rows())?;
         q_scale.expect_rows("q_scale", "values", 1)?;
-        if q.rows() > i32::MAX as usize {
+        let max_rows = max_query_rows(HEADS);
+        if q.rows() > max_rows {
             return Err(Error::Value {
                 param: "s_q",
                 value: q.rows() as i64,
-                range: format!("0 ..= {}", i32::MAX),
+                range: format!("0 ..= {max_rows} at {HEADS} heads"),
             });
         }
         Ok(Self {
