@@ -28,3 +28,9 @@ fn sparse_mla_reads_and_writes_through_views() {
 fn wrong_views_are_errors() {
     common::views::wrong_views_are_errors(&gpu());
 }
+
+#[test]
+fn misaligned_views_are_errors() {
+    let mut rng = common::rng("gpu misaligned_views_are_errors");
+    common::views::misaligned_views_are_errors(&gpu(), &mut rng);
+}

@@ -449,3 +449,123 @@ pub fn sparse_mla_through_views<B: RunSparseMla>(b: &B, rng: &mut StdRng) {
     assert!(lse_after[s_q * H..].iter().all(|x| x.is_nan()));
     let _ = m;
 }
+
+/// Views at offsets the kernels cannot access in 16-byte vectors (q, kv, out of the sparse MLA,
+/// the quantizer's input and output) are refused on the GPU, naming the argument, and nothing
+/// is written; the same views at 16-byte offsets run. The CPU backend has no such rule.
+pub fn misaligned_views_are_errors<B>(b: &B, rng: &mut StdRng)
+where
+    B: RunSparseMla + shapeproof::ops::mxfp8_quantize::RunMxfp8Quantize,
+{
+    const D: usize = 576;
+    const H: usize = 16;
+    const K: usize = 128;
+    let (s_q, s_kv) = (3, 200);
+    let q_host = e4m3_normal(rng, (s_q + 1) * H * D, 0.5);
+    let kv_host = e4m3_normal(rng, (s_kv + 1) * D, 0.5);
+    let idx: Vec<i32> = (0..s_q * K)
+        .map(|_| rng.random_range(0..s_kv as i32))
+        .collect();
+    let kernel = SparseMlaPrefill::<D, 64, K, Plain, H>::new();
+    let idx_t = Tensor::<B, i32, Cols<K>>::from_host(b, "indices", &idx, s_q).unwrap();
+    let scale = Tensor::<B, f32>::from_host(b, "q_scale", &[0.5], 1).unwrap();
+    let kv_scale = Tensor::<B, f32>::from_host(b, "kv_scale", &[0.25], 1).unwrap();
+    let q_buf = b.upload(&q_host).unwrap();
+    let kv_buf = b.upload(&kv_host).unwrap();
+    let mut out_buf = b.upload(&vec![bf16::NAN; (s_q * H + 1) * 512]).unwrap();
+    let mut ml_buf = b.zeros::<f32>(s_q * H).unwrap();
+    let mut lse_buf = b.zeros::<f32>(s_q * H).unwrap();
+    // q at byte offset `qo`, kv at `ko`, out at element offset `oo`.
+    let mut run = |out_buf: &mut B::Buffer<bf16>, qo: usize, ko: usize, oo: usize| {
+        let inputs = SparseMlaInputs::<B, D, H, K, Plain, _>::new(
+            TensorView::from_slice(
+                "q",
+                B::slice_range(&q_buf, qo..qo + s_q * H * D).unwrap(),
+                s_q,
+            )
+            .unwrap(),
+            scale.view(),
+            idx_t.view(),
+            0.07,
+        )
+        .unwrap();
+        let kv = MlaLatentKv::<B, D, _>::from_tensors(
+            TensorView::from_slice(
+                "kv",
+                B::slice_range(&kv_buf, ko..ko + s_kv * D).unwrap(),
+                s_kv,
+            )
+            .unwrap(),
+            kv_scale.view(),
+        )
+        .unwrap();
+        let mut out = TensorViewMut::from_slice_mut(
+            "out",
+            B::slice_range_mut(out_buf, oo..oo + s_q * H * 512).unwrap(),
+            s_q,
+        )
+        .unwrap();
+        let mut ml = TensorViewMut::from_slice_mut(
+            "max_logits",
+            head_mut::<B, _>(&mut ml_buf, s_q * H),
+            s_q,
+        )
+        .unwrap();
+        let mut lse =
+            TensorViewMut::from_slice_mut("lse", head_mut::<B, _>(&mut lse_buf, s_q * H), s_q)
+                .unwrap();
+        kernel.run(b, &inputs, &kv, &mut out, &mut ml, &mut lse)
+    };
+    names(run(&mut out_buf, 1, 0, 0), "q");
+    names(run(&mut out_buf, D / 2 + 8, 0, 0), "q"); // 8 bytes past a 16-byte boundary
+    names(run(&mut out_buf, 0, 4, 0), "kv");
+    names(run(&mut out_buf, 0, 0, 2), "out"); // 4 bytes past one
+    let untouched = b.download(&out_buf).unwrap();
+    assert!(
+        untouched.iter().all(|x| x.is_nan()),
+        "a refused call wrote out"
+    );
+    run(&mut out_buf, 16, D, 8).expect("16-byte offsets are accepted");
+    let written = b.download(&out_buf).unwrap();
+    assert!(
+        written[..8].iter().all(|x| x.is_nan()),
+        "out before the view changed"
+    );
+    assert!(
+        !written[8..8 + s_q * H * 512].iter().any(|x| x.is_nan()),
+        "out not written"
+    );
+
+    // The quantizer reads bf16 and writes e4m3 in 16-byte vectors.
+    use shapeproof::ops::mxfp8_quantize::Mxfp8Quantize;
+    use shapeproof::tensor::BlockScales;
+    const W: usize = 128;
+    let x = bf16_normal(rng, 4 * W + 8, 0.0, 1.0);
+    let x_buf = b.upload(&x).unwrap();
+    let mut data_buf = b.zeros::<F8E4M3>(4 * W + 16).unwrap();
+    let mut scale_buf = b.zeros::<E8M0>(4 * W / 32).unwrap();
+    let mut quantize = |xo: usize, dout: usize| {
+        let input = TensorView::<B, bf16, Cols<W>>::from_slice(
+            "input",
+            B::slice_range(&x_buf, xo..xo + 4 * W).unwrap(),
+            4,
+        )
+        .unwrap();
+        let mut data = TensorViewMut::<B, F8E4M3, Cols<W>>::from_slice_mut(
+            "data",
+            B::slice_range_mut(&mut data_buf, dout..dout + 4 * W).unwrap(),
+            4,
+        )
+        .unwrap();
+        let mut scales = TensorViewMut::<B, E8M0, BlockScales<W>>::from_slice_mut(
+            "scales",
+            B::slice_range_mut(&mut scale_buf, 0..4 * W / 32).unwrap(),
+            4,
+        )
+        .unwrap();
+        Mxfp8Quantize::<W>::new().run(b, &input, &mut data, &mut scales)
+    };
+    names(quantize(1, 0), "input");
+    names(quantize(0, 8), "data");
+    quantize(8, 16).expect("16-byte offsets are accepted");
+}

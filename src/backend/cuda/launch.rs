@@ -153,6 +153,25 @@ pub(crate) fn same_context(
     Ok(())
 }
 
+/// The width of the kernels' vector accesses (16-byte loads and stores, `cp.async`, bulk
+/// copies): a buffer accessed so must start at a multiple of it. cudarc's views keep only the
+/// element type's alignment, so a view of bytes or of bf16 can start anywhere.
+pub(crate) const VECTOR_BYTES: u64 = 16;
+
+/// `Err` naming `param` unless the device address `ptr` is a multiple of [`VECTOR_BYTES`].
+fn check_vector_aligned(param: &'static str, ptr: u64) -> Result<()> {
+    if ptr.is_multiple_of(VECTOR_BYTES) {
+        return Ok(());
+    }
+    Err(Error::Mismatch {
+        param,
+        expected: format!(
+            "a device address that is a multiple of {VECTOR_BYTES} bytes (the kernel accesses it in {VECTOR_BYTES}-byte vectors; a view must start at such an offset)"
+        ),
+        actual: format!("{ptr:#x} ({} bytes past one)", ptr % VECTOR_BYTES),
+    })
+}
+
 /// Most buffers one launch passes (the prologue's main kernel and its trailing update together
 /// have the most, 26).
 const MAX_DEVICE_ARGS: usize = 26;
@@ -255,6 +274,32 @@ impl<'a> DeviceArgs<'a> {
         self.admit(param, view.stream())?;
         let (ptr, guard) = view.device_ptr_mut(self.stream);
         self.hold(guard);
+        Ok(ptr)
+    }
+
+    /// The address of a buffer the kernel reads in 16-byte vectors (`cp.async`, 16-byte loads):
+    /// it must start at a multiple of [`VECTOR_BYTES`]. A view at another offset is an `Err`
+    /// before anything is queued; the kernel would otherwise fault on a misaligned access,
+    /// which poisons the whole CUDA context.
+    pub(crate) fn read_vectors<T>(
+        &mut self,
+        param: &'static str,
+        view: &'a CudaView<'_, T>,
+    ) -> Result<u64> {
+        let ptr = self.read(param, view)?;
+        check_vector_aligned(param, ptr)?;
+        Ok(ptr)
+    }
+
+    /// The address of a buffer the kernel writes in 16-byte vectors or bulk copies: as
+    /// [`DeviceArgs::read_vectors`].
+    pub(crate) fn write_vectors<T>(
+        &mut self,
+        param: &'static str,
+        view: &'a mut CudaViewMut<'_, T>,
+    ) -> Result<u64> {
+        let ptr = self.write(param, view)?;
+        check_vector_aligned(param, ptr)?;
         Ok(ptr)
     }
 

@@ -50,8 +50,8 @@ impl Mxfp8QuantizeLaunch for Cuda {
         }
         let mut args = DeviceArgs::new(self);
         let params = Mxfp8QuantizeParams {
-            input: args.read("input", &input)?,
-            data: args.write("data", &mut data)?,
+            input: args.read_vectors("input", &input)?,
+            data: args.write_vectors("data", &mut data)?,
             scales: args.write("scales", &mut scales)?,
             rows: rows as i64,
         };

@@ -261,39 +261,39 @@ fn fill_params<'a, K: PrologueKernel>(
         bad_index_count,
     } = call;
     let mut p = PrologueParams {
-        qkvr: args.read("qkvr", qkvr)?,
+        qkvr: args.read_vectors("qkvr", qkvr)?,
         qkvr_row_stride: st.row as i64,
         num_tokens: *tokens as i32,
         num_seqs: *seqs as i32,
-        k_cache: args.write("k_cache", k_cache)?,
-        v_cache: args.write("v_cache", v_cache)?,
+        k_cache: args.write_vectors("k_cache", k_cache)?,
+        v_cache: args.write_vectors("v_cache", v_cache)?,
         conv_slots: *conv_slots as i32,
         cache_indices: args.read("cache_indices", cache_indices)?,
         cache_mask: args.read("cache_mask", cache_mask)?,
-        k_weight: args.read("k_weight", k_weight)?,
-        v_weight: args.read("v_weight", v_weight)?,
-        q_gamma: args.read("q_gamma", q_gamma)?,
-        k_gamma: args.read("k_gamma", k_gamma)?,
+        k_weight: args.read_vectors("k_weight", k_weight)?,
+        v_weight: args.read_vectors("v_weight", v_weight)?,
+        q_gamma: args.read_vectors("q_gamma", q_gamma)?,
+        k_gamma: args.read_vectors("k_gamma", k_gamma)?,
         eps: *eps,
         tau: args.read_opt("log_scaling_tau", tau.as_ref())?,
-        k_out: args.write("k_out", k_out)?,
-        v_out: args.write("v_out", v_out)?,
+        k_out: args.write_vectors("k_out", k_out)?,
+        v_out: args.write_vectors("v_out", v_out)?,
         loc: args.read("loc", loc)?,
         bad_index_count: args.write_opt("bad_index_count", bad_index_count.as_mut())?,
         ..Default::default()
     };
     match q {
-        QTarget::Bf16(q) => p.q_out = args.write("q_out", q)?,
+        QTarget::Bf16(q) => p.q_out = args.write_vectors("q_out", q)?,
         QTarget::Mxfp8 { data, scales } => {
-            p.q_out = args.write("q_out", data)?;
+            p.q_out = args.write_vectors("q_out", data)?;
             p.q_scale = args.write("q_scale", scales)?;
         }
     }
     match kv {
         KvTarget::None => {}
         KvTarget::Bf16 { k, v, slots } => {
-            p.k_buf = args.write("k_buf", k)?;
-            p.v_buf = args.write("v_buf", v)?;
+            p.k_buf = args.write_vectors("k_buf", k)?;
+            p.v_buf = args.write_vectors("v_buf", v)?;
             p.kv_slots = *slots as i64;
         }
         KvTarget::Mxfp8 {
@@ -303,8 +303,8 @@ fn fill_params<'a, K: PrologueKernel>(
             v_scales,
             slots,
         } => {
-            p.k_buf = args.write("k_buf", k)?;
-            p.v_buf = args.write("v_buf", v)?;
+            p.k_buf = args.write_vectors("k_buf", k)?;
+            p.v_buf = args.write_vectors("v_buf", v)?;
             p.sfk = args.write("sfk", k_scales)?;
             p.sfv = args.write("sfv", v_scales)?;
             p.kv_slots = *slots as i64;
@@ -319,8 +319,8 @@ fn fill_params<'a, K: PrologueKernel>(
             capacity,
         } => {
             p.draft_tokens = *draft_tokens as i32;
-            p.k_inter = args.write("k_inter", k_inter)?;
-            p.v_inter = args.write("v_inter", v_inter)?;
+            p.k_inter = args.write_vectors("k_inter", k_inter)?;
+            p.v_inter = args.write_vectors("v_inter", v_inter)?;
             p.inter_capacity = *capacity as i32;
         }
         VariantArgs::Extend {

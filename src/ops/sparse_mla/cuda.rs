@@ -260,14 +260,14 @@ impl SparseMlaLaunch for Cuda {
         } = call;
         let mut args = DeviceArgs::new(self);
         let params = SparseMlaParams {
-            q: args.read("q", &q)?,
-            kv: args.read("kv", &kv)?,
+            q: args.read_vectors("q", &q)?,
+            kv: args.read_vectors("kv", &kv)?,
             indices: args.read("indices", &indices)?,
             topk_length: args.read_opt("topk_length", topk_length.as_ref())?,
             attn_sink: args.read_opt("attn_sink", sink.as_ref())?,
             q_scale: args.read("q_scale", &q_scale)?,
             kv_scale: args.read("kv_scale", &kv_scale)?,
-            out: args.write("out", &mut out)?,
+            out: args.write_vectors("out", &mut out)?,
             max_logits: args.write("max_logits", &mut max_logits)?,
             lse: args.write("lse", &mut lse)?,
             sm_scale,
