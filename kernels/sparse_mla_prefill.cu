@@ -1,6 +1,6 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for sm_90a in 64-head tiles (wgmma).
 // Semantics: spec KERNELS.md §3.3. Prepended by the library: common.cuh, sparse_mla_common.cuh.
-// The library runs it for more than 32 heads when topk is at least 1024 (the narrow kernel's
+// The library runs it for more than 32 heads when topk is at least 512 (the narrow kernel's
 // 64-head tiles are faster below: bench/NOTES.md), and for every head count with
 // `HeadTiling::Tiles64`.
 //
@@ -47,11 +47,11 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1438 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 704 | 707 | 697-709
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 436 | 437 (the narrow kernel's 64-head tiles: 469 |
-// 465). With V^T groups 512 bytes apart (667 TFLOP/s), it ran 782 without the V^T build and
-// 670 without the gathers' reads (timing only, wrong results): the
-// producer warpgroup, whose build waits on its ldmatrix behind the gathers' shared-memory
+// 1422 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 759 | 758 | 757
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 492 | 504 (the narrow kernel's 64-head tiles: 473 |
+// 467). Before the staged epilogue and with V^T groups 512 bytes apart (667 TFLOP/s), it ran
+// 782 without the V^T build and 670 without the gathers' reads (timing only, wrong results):
+// the producer warpgroup, whose build waits on its ldmatrix behind the gathers' shared-memory
 // writes, is what bounds it (bench/NOTES.md).
 
 namespace sparse_mla {

@@ -1,7 +1,7 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
-//! 16 or 32 heads (and, by default, more heads at top-k below 1024 in its 64-head tiles of two
+//! 16 or 32 heads (and, by default, more heads at top-k below 512 in its 64-head tiles of two
 //! 32-head warpgroups), `kernels/sparse_mla_prefill.cu` for 64-head tiles (by default more than
-//! 32 heads at top-k 1024 or more, and every call with `HeadTiling::Tiles64`); both are compiled
+//! 32 heads at top-k 512 or more, and every call with `HeadTiling::Tiles64`); both are compiled
 //! after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
@@ -58,10 +58,11 @@ pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
 /// The smallest top-k at which the default tiling runs more than 32 heads in the 64-head kernel
 /// rather than in the narrow kernel's 64-head tiles. The 64-head kernel runs one CTA per query
 /// row and tile (its row start and epilogue are not overlapped with other rows), the narrow
-/// kernel a persistent grid: measured on the H200 at s_kv 32768, 64 and 128 heads, both head
-/// dims, the 64-head kernel is 1.06-1.14× faster at top-k 1024 and 2048, and the narrow tiles
-/// 1.06-1.24× faster at 256 and 512 (`bench/RESULTS.md`).
-pub const SPARSE_MLA_WIDE_MIN_TOPK: usize = 1024;
+/// kernel a persistent grid, which pays where a row has few blocks: measured on the H200 at
+/// s_kv 32768, 64 and 128 heads, both head dims, the 64-head kernel is 1.06-1.08× faster at
+/// top-k 512, 1.11-1.16× at 1024 and 1.17-1.21× at 2048, and the narrow tiles 1.01-1.04× faster
+/// at 256 (`bench/RESULTS.md`).
+pub const SPARSE_MLA_WIDE_MIN_TOPK: usize = 512;
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
 /// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
@@ -353,14 +354,16 @@ mod tiling_tests {
             (Fastest, 16, 2048, (Narrow, 16, 1)),
             (Fastest, 20, 2048, (Narrow, 32, 1)),
             (Fastest, 32, 4096, (Narrow, 32, 1)),
-            (Fastest, 33, 512, (Narrow, 64, 1)),
-            (Fastest, 33, 1024, (Wide, 64, 1)),
-            (Fastest, 40, 896, (Narrow, 64, 1)),
-            (Fastest, 64, 512, (Narrow, 64, 1)),
+            (Fastest, 33, 384, (Narrow, 64, 1)),
+            (Fastest, 33, 512, (Wide, 64, 1)),
+            (Fastest, 40, 896, (Wide, 64, 1)),
+            (Fastest, 64, 256, (Narrow, 64, 1)),
+            (Fastest, 64, 512, (Wide, 64, 1)),
             (Fastest, 64, 2048, (Wide, 64, 1)),
             (Fastest, 80, 128, (Narrow, 64, 2)),
             (Fastest, 100, 1024, (Wide, 64, 2)),
-            (Fastest, 128, 512, (Narrow, 64, 2)),
+            (Fastest, 128, 384, (Narrow, 64, 2)),
+            (Fastest, 128, 512, (Wide, 64, 2)),
             (Fastest, 128, 2048, (Wide, 64, 2)),
             (Tiles64, 5, 128, (Wide, 64, 1)),
             (Tiles64, 16, 2048, (Wide, 64, 1)),
@@ -386,7 +389,7 @@ mod tiling_tests {
         }
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
-            for topk in [128, 896, 1024, 2048] {
+            for topk in [128, 384, 512, 896, 1024, 2048] {
                 for tiling in [Fastest, Tiles64] {
                     let (_, tile, tiles) = head_tile_plan(tiling, heads, topk);
                     assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);

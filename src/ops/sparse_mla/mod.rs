@@ -134,10 +134,10 @@ pub enum HeadTiling {
     /// The fastest kernel measured on the H200 for the real heads and the top-k: up to 32 heads
     /// run one narrow tile (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that
     /// holds them (also when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a
-    /// 16-head tile). More run in `HEADS.div_ceil(64)` tiles of 64 heads: from `TOPK` 1024 on in
-    /// the 64-head kernel (`kernels/sparse_mla_prefill.cu`, 1.06-1.14× faster there), below it in
+    /// 16-head tile). More run in `HEADS.div_ceil(64)` tiles of 64 heads: from `TOPK` 512 on in
+    /// the 64-head kernel (`kernels/sparse_mla_prefill.cu`, 1.06-1.21× faster there), below it in
     /// the narrow kernel's 64-head tiles, whose persistent grid overlaps one row's start and end
-    /// with other rows (1.06-1.24× faster at `TOPK` 256 and 512; both in `bench/RESULTS.md`).
+    /// with other rows (1.01-1.04× faster at `TOPK` 256; both in `bench/RESULTS.md`).
     #[default]
     Fastest,
     /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),
