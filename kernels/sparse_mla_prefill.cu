@@ -51,9 +51,9 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1422 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 759 | 758 | 757
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 492 | 504 (the narrow kernel's 64-head tiles: 473 |
-// 467). Before the staged epilogue and with V^T groups 512 bytes apart (667 TFLOP/s), it ran
+// 1369 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 768 | 759 | 721
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 524 | 517 (the narrow kernel's 64-head tiles, a run
+// before: 473 | 467). Before the staged epilogue and with V^T groups 512 bytes apart (667 TFLOP/s), it ran
 // 782 without the V^T build and 670 without the gathers' reads (timing only, wrong results):
 // the producer warpgroup, whose build waits on its ldmatrix behind the gathers' shared-memory
 // writes, is what bounds it (bench/NOTES.md).
