@@ -3,7 +3,9 @@
 
 Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full / k_empty
 per K slot, vt_full / vt_empty per V^T slot) and, between the consumers, in the softmax's vote
-once a pair. This script models each of them as the sequence of arrivals and waits the kernel
+once a pair. The two P tiles (by pair parity) have no barrier of their own: both warpgroups
+write their half of pair t's tile before the vote of pair t, read all of it in P.V of pair t,
+and the vote of pair t + 1 keeps the rewrite by pair t + 2 behind both warpgroups' P.V. This script models each of them as the sequence of arrivals and waits the kernel
 issues, in its order, runs the model under many random schedules, and tracks which block each
 slot holds and who is reading it. A schedule fails on:
 - a deadlock (no actor can move);
@@ -16,8 +18,9 @@ belongs here too. Run it with no arguments. It exits non-zero when the protocol 
 a deliberately broken variant of it passes, which shows that the checks can fail.
 
 Model: a block's cp.async land as soon as they are issued; waits may be delayed arbitrarily. S
-reads its K slot from s_begin to s_finish; P.V of a pair reads its two V^T slots from its issue
-until the next pair's S releases them (the last pair's reads end with the kernel).
+reads its K slot from s_begin to s_finish; P.V of a pair reads its two V^T slots and its P tile
+from its issue until the next pair's S releases them (the last pair's reads end with the
+kernel); the softmax of a pair writes its P tile before the pair's vote.
 """
 import random
 import sys
@@ -79,12 +82,14 @@ class Slot:
 
 def run(num_blocks, rng, broken=None):
     """One random schedule; `broken` names a known-broken variant."""
+    p_tiles = 1 if broken == "one P tile" else 2
     k_full = [Barrier(2) for _ in range(K_SLOTS)]  # cp.async-tracked + plain arrivals
     k_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the owner's S, the V^T build
     vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
     vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]  # P.V of both warpgroups
     k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]
     vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
+    p_tile = [Slot(f"P tile {v}") for v in range(p_tiles)]
     votes = {}
 
     def producer():
@@ -121,6 +126,7 @@ def run(num_blocks, rng, broken=None):
                     blk = 2 * release_pair + c
                     vt_slot[blk % VT_SLOTS].release((me, blk))
                     vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+                p_tile[release_pair % p_tiles].release((me, release_pair))
             yield None  # S runs
             k_slot[s].release(me)
             k_empty[s].arrive(b // K_SLOTS)
@@ -129,18 +135,24 @@ def run(num_blocks, rng, broken=None):
             votes[t] = votes.get(t, 0) + 1
             yield lambda: votes[t] >= 2
 
+        def softmax(t):  # this warpgroup's half of pair t's P tile, then the vote
+            p_tile[t % p_tiles].write(t)
+            yield None
+            yield from vote(t)
+
         pairs = num_blocks // 2
         if pairs > 0:
             yield from s_block(wg, None)
-            yield from vote(0)
+            yield from softmax(0)
         for t in range(pairs):
             for kb in range(2):
                 blk = 2 * t + kb
                 yield until(vt_full[blk % VT_SLOTS], blk // VT_SLOTS + 1)
                 vt_slot[blk % VT_SLOTS].read((me, blk), blk)
+            p_tile[t % p_tiles].read((me, t), t)
             if t + 1 < pairs:
                 yield from s_block(2 * (t + 1) + wg, t)
-                yield from vote(t + 1)
+                yield from softmax(t + 1)
 
     actors = [producer(), consumer(0), consumer(1)]
     waits = [None] * len(actors)
@@ -175,7 +187,7 @@ def main():
     print(f"{K_SLOTS} K / {VT_SLOTS} V^T slots: {'ok' if bad == 0 else f'{bad} failing schedules, e.g. {first}'}")
     ok = bad == 0
     # Known-broken variants must fail, or the check above proves nothing.
-    for broken in ("gathers without k_empty", "build without vt_empty"):
+    for broken in ("gathers without k_empty", "build without vt_empty", "one P tile"):
         bad, first = failures(400, broken)
         print(f"broken on purpose ({broken}): {'caught: ' + first if bad else 'NOT caught'}")
         ok &= bad > 0
