@@ -41,7 +41,8 @@
 // * The epilogue stages O in bf16 over the Q tile and the K slots (head rows 1040 bytes apart,
 //   written with stmatrix) and sends each head row out as one 1 KB bulk copy (the async proxy),
 //   instead of 64 four-byte stores a thread that queued in the LSU (lg throttle: 7% of all
-//   samples at 128 heads / topk 2048; +6.5% there, +14% at 64 / 512 / 512). So `out` must start 16-byte aligned (the launch checks).
+//   samples at 128 heads / topk 2048; +6.5% there, +14% at 64 / 512 / 512). So `out` must
+//   start 16-byte aligned (the launch checks).
 
 // Numerics: S promoted to f32 registers every 96 channels (3 k-steps); the softmax keeps a
 // reference max m_ref that moves only in a pair where some score exceeds it by more than the
@@ -53,10 +54,10 @@
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
 // 1369 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 768 | 759 | 721
 // TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 524 | 517 (the narrow kernel's 64-head tiles, a run
-// before: 473 | 467). Before the staged epilogue and with V^T groups 512 bytes apart (667 TFLOP/s), it ran
-// 782 without the V^T build and 670 without the gathers' reads (timing only, wrong results):
-// the producer warpgroup, whose build waits on its ldmatrix behind the gathers' shared-memory
-// writes, is what bounds it (bench/NOTES.md).
+// before: 473 | 467). Before the staged epilogue and with V^T groups 512 bytes apart (667
+// TFLOP/s), it ran 782 without the V^T build and 670 without the gathers' reads (timing only,
+// wrong results): the producer warpgroup, whose build waits on its ldmatrix behind the
+// gathers' shared-memory writes, is what bounds it (bench/NOTES.md).
 
 namespace sparse_mla {
 

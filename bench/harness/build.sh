@@ -7,8 +7,10 @@
 # WIDE_CANDIDATE: a copy of kernels/sparse_mla_prefill.cu (default: the committed file). The
 # variants linked in: base (committed narrow kernel), cand (narrow candidate), grid7 (the narrow
 # candidate on a 7-CTA persistent grid), wide (committed 64-head kernel), widecand (64-head
-# candidate). Needs nvcc of CUDA 13 ($NVCC, else nvcc on PATH; $HARNESS_LDFLAGS for the link,
-# e.g. -L<toolkit>/lib where the CUDA runtime libraries are not beside nvcc); writes
+# candidate; HARNESS_WIDE_GRID=<n> caps a persistent 64-head candidate's grid at n CTAs, so that
+# `check widecand` runs many items a CTA). Needs nvcc of CUDA 13 ($NVCC, else nvcc on PATH;
+# $HARNESS_LDFLAGS for the link, e.g. -L<toolkit>/lib where the CUDA runtime libraries are not
+# beside nvcc); writes
 # $HARNESS_OUT (default target/harness/harness), and beside it gather_rates (the row gather
 # alone, by copy path: bench/harness/gather_rates.cu). The binaries need only the CUDA runtime
 # they link: copy them to the GPU machine and run e.g. `harness check cand`, `harness time`,
@@ -39,7 +41,7 @@ compile grid7 "$narrow_cand" 0 7 &
 first=$!
 compile wide "$root/kernels/sparse_mla_prefill.cu" 1
 wait "$first"
-compile widecand "$wide_cand" 1
+compile widecand "$wide_cand" 1 "${HARNESS_WIDE_GRID:-}"
 "$nvcc" "${flags[@]}" -c bench/harness/main.cu -o "$obj/main.o"
 # shellcheck disable=SC2086 # HARNESS_LDFLAGS is a list of flags
 "$nvcc" "${flags[@]}" -o "$out" "$obj"/{main,base,cand,grid7,wide,widecand}.o ${HARNESS_LDFLAGS:-}

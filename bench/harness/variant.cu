@@ -5,10 +5,12 @@
 //   -DVARIANT_FILE='"<path>"'      the kernel source: a copy of kernels/sparse_mla_narrow.cu or
 //                                  kernels/sparse_mla_prefill.cu
 //   -DVARIANT_WIDE=0 | 1           0: a narrow kernel (8, 16, 32 or 64 heads per tile, persistent
-//                                  grid); 1: a 64-head kernel (one CTA per row and head tile)
-//   -DVARIANT_GRID=<n>             optional (narrow only): a persistent grid of n CTAs instead
-//                                  of one per resident slot (many rows per CTA: checks the
-//                                  persistent loop)
+//                                  grid); 1: a 64-head kernel (one CTA per row and head tile,
+//                                  or, where its file defines SPARSE_MLA_WIDE_PERSISTENT, a
+//                                  persistent grid of one CTA an SM)
+//   -DVARIANT_GRID=<n>             optional (narrow, or a persistent 64-head candidate): a
+//                                  persistent grid of n CTAs instead of one per resident slot
+//                                  (many rows per CTA: checks the persistent loop)
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -33,7 +35,19 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
         once = true;
     }
-    k<<<p.head_tiles * p.s_q, sparse_mla::kThreads, bytes, st>>>(p);
+    int grid = p.head_tiles * p.s_q;
+#ifdef SPARSE_MLA_WIDE_PERSISTENT
+    // A persistent candidate (its file defines the macro): one CTA an SM at most.
+    static int sms = 0;
+    if (!sms) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+#ifdef VARIANT_GRID
+    const int cap = VARIANT_GRID;  // fewer CTAs, many items each: checks the persistent loop
+#else
+    const int cap = sms;
+#endif
+    grid = grid < cap ? grid : cap;
+#endif
+    k<<<grid, sparse_mla::kThreads, bytes, st>>>(p);
     return 0;
 }
 template <int D, bool L, bool S>
