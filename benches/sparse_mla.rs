@@ -1,9 +1,10 @@
 //! Benchmark of the FP8 sparse MLA prefill: TFLOP/s counted as `2·s_q·h·topk·(d_qk + 512)` over
 //! the real heads h (h = h_q but for the DeepSeek TP8 row) at s_q = 4096, h_q = 128, d_qk = 576,
 //! top-k 2048, s_kv ∈ {8192, 32768, 65536}; at h_q = 64, d_qk = 512, top-k 512; and DeepSeek
-//! V3.2 at TP8 (16 real heads padded to 64); each with the default head tiling (narrow
-//! tiles) and with `HeadTiling::Tiles64` (the 64-head kernel) on the same shapes in the same
-//! run. The limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
+//! V3.2 at TP8 (16 real heads padded to 64); each with the default head tiling
+//! (`HeadTiling::Fastest`: the 64-head kernel for the 64- and 128-head shapes, a 16-head narrow
+//! tile for DeepSeek TP8) and with `HeadTiling::Tiles64` (the 64-head kernel) on the same shapes
+//! in the same run. The limit beside it is the FP8 matmul rate of the same GPU, measured in the same run by
 //! `fp8_matmul_rate.py` (PyTorch `_scaled_mm`) when Python with PyTorch is present.
 //!
 //! Narrow head tiles (8, 16, 32 heads per rank) at (4096, 32768, h, 576, 2048) and
