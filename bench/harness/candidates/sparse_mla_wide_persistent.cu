@@ -14,10 +14,12 @@
 // 64-head tiles are faster below: bench/NOTES.md), and for every head count with
 // `HeadTiling::Tiles64`.
 //
-// Launch (the Rust side mirrors these formulas): grid = head_tiles * s_q CTAs, 1-D (CTA b: head
-// tile b % head_tiles, heads 64 tile … 64 tile + 63, of query row b / head_tiles), 384 threads,
-// one CTA per SM, dynamic shared memory 192 * D_QK + 119400 bytes (229992 at d_qk 576, 217704
-// at 512; no static shared memory).
+// Launch: grid = min(items, SMs) CTAs, 1-D, items = head_tiles * s_q (item w: head tile
+// w % head_tiles, heads 64 tile … 64 tile + 63, of query row w / head_tiles; CTA b takes items
+// b, b + gridDim.x, …; any grid size is correct), 384 threads, one CTA per SM, dynamic shared
+// memory 192 * D_QK + 119408 bytes (230000 at d_qk 576, 217712 at 512; no static shared
+// memory). topk must be a multiple of 128 (the library's rule): both sides count a CTA's
+// blocks in whole pairs.
 //
 // Structure. Warpgroups 0 and 1 are the consumers; warpgroup 2 is the producer (setmaxnreg 56,
 // the consumers 224), one loop for its four warps: step s issues the 16-byte cp.async gathers of
@@ -44,12 +46,11 @@
 //   of 8 value columns 528 bytes apart (not 512, so the eight rows of one stmatrix matrix fall
 //   in eight bank groups: +7% over 512).
 // * P tiles: [64 heads][128 positions of the pair], canonical.
-// * The CTA start: the producer first warms L2 with the Q tile and the index row of the CTA
-//   one SM count ahead, the one this SM most likely runs next, so that after the first wave a
-//   CTA's consumers wait on L2 rather than HBM for their Q tile and first block (harness: +1-3%
-//   at 128 / 576 / 2048 at s_kv 8k and 32k, level at 64k; +3-7% at 64 / 512 / 512).
-// * The epilogue stages O in bf16 over the Q tile and the K slots (head rows 1040 bytes apart,
-//   written with stmatrix) and sends each head row out as one 1 KB bulk copy (the async proxy),
+// * An item's start: the producer first warms L2 with the Q tile and the index row of the
+//   CTA's next item.
+// * The epilogue stages O in bf16 in the V^T slots of the item's last pair (heads 0-31 in one,
+//   32-63 in the other, head rows 1040 bytes apart, written with stmatrix; their P.V is done)
+//   and sends each head row out as one 1 KB bulk copy (the async proxy),
 //   instead of 64 four-byte stores a thread that queued in the LSU (lg throttle: 7% of all
 //   samples at 128 heads / topk 2048; +6.5% there, +14% at 64 / 512 / 512). So `out` must
 //   start 16-byte aligned (the launch checks).
@@ -88,9 +89,8 @@ constexpr int kVtGroupStride = 528;
 constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 33792
 constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
 // The epilogue stages O (bf16 [64 heads][512]) in shared memory, head rows kOutRowStride bytes
-// apart (1024 + 16, so the eight rows of one stmatrix matrix fall in eight bank groups), over
-// the Q tile and the K slots, which the last S has freed; each head row goes out as one 1 KB
-// bulk copy.
+// apart (1024 + 16, so the eight rows of one stmatrix matrix fall in eight bank groups), in the
+// V^T slots of the item's last pair; each head row goes out as one 1 KB bulk copy.
 constexpr int kOutRowStride = 2 * kDV + 16;
 // setmaxnreg: 224 * 256 + 56 * 128 = 64512 = 168 * 384, the pool the launch allocated. An
 // increase past the pool waits forever (64 producer registers hung the kernel), and the published
@@ -657,7 +657,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     };
 
     int tile = 0, row_i = 0, num_pairs = 0;  // the current item's
-    for (int item = blockIdx.x, j = 0; item < items; item += gridDim.x, ++j) {
+    for (int item = blockIdx.x, item_no = 0; item < items; item += gridDim.x, ++item_no) {
         tile = item % p.head_tiles;
         row_i = item / p.head_tiles;
         num_pairs = blocks_of(item_len(item)) / 2;
@@ -671,7 +671,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             alpha[h] = 1.f;
         }
         headroom = 0.f;
-        mbar_wait(bars + kBarQFull * 8, (u32)j & 1u);
+        mbar_wait(bars + kBarQFull * 8, (u32)item_no & 1u);
         fence_proxy_async();
         const u32 q_done = bars + kBarQEmpty * 8;  // arrived on after the item's last S
         if (num_pairs > 0) {
