@@ -25,6 +25,13 @@ namespace VARIANT_NAME {
 #include "../../kernels/sparse_mla_common.cuh"
 #include VARIANT_FILE
 
+// SMs of device 0, asked once: the persistent grids' size.
+static int sm_count() {
+    static int sms = 0;
+    if (!sms) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    return sms;
+}
+
 #if VARIANT_WIDE
 template <int D, bool L, bool S>
 static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
@@ -38,12 +45,10 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
     int grid = p.head_tiles * p.s_q;
 #ifdef SPARSE_MLA_WIDE_PERSISTENT
     // A persistent candidate (its file defines the macro): one CTA an SM at most.
-    static int sms = 0;
-    if (!sms) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
 #ifdef VARIANT_GRID
     const int cap = VARIANT_GRID;  // fewer CTAs, many items each: checks the persistent loop
 #else
-    const int cap = sms;
+    const int cap = sm_count();
 #endif
     grid = grid < cap ? grid : cap;
 #endif
@@ -64,13 +69,11 @@ static int go(const SparseMlaParams& p, cudaStream_t st) {
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Sm::kBytes);
         once = true;
     }
-    static int sms = 0;
-    if (!sms) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     const int items = p.head_tiles * p.s_q;
 #ifdef VARIANT_GRID
     const int grid = VARIANT_GRID;
 #else
-    const int grid = sms * sparse_mla_narrow::kCtasPerSmFor<D, H>;
+    const int grid = sm_count() * sparse_mla_narrow::kCtasPerSmFor<D, H>;
 #endif
     k<<<items < grid ? items : grid, sparse_mla_narrow::kThreadsFor<H>, Sm::kBytes, st>>>(p);
     return 0;

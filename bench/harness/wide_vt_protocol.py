@@ -80,6 +80,22 @@ class Slot:
         self.readers.discard(who)
 
 
+def schedule(actors, rng):
+    """Runs `actors` (generators yielding their waits: None or a readiness test) to the end,
+    one ready actor at a time, picked by `rng`; a state where none can move is a deadlock."""
+    waits = [None] * len(actors)
+    alive = [True] * len(actors)
+    while any(alive):
+        ready = [i for i in range(len(actors)) if alive[i] and (waits[i] is None or waits[i]())]
+        if not ready:
+            raise ProtocolError("deadlock")
+        i = rng.choice(ready)
+        try:
+            waits[i] = next(actors[i])
+        except StopIteration:
+            alive[i] = False
+
+
 def run(num_blocks, rng, broken=None):
     """One random schedule; `broken` names a known-broken variant."""
     p_tiles = 1 if broken == "one P tile" else 2
@@ -154,18 +170,7 @@ def run(num_blocks, rng, broken=None):
                 yield from s_block(2 * (t + 1) + wg, t)
                 yield from softmax(t + 1)
 
-    actors = [producer(), consumer(0), consumer(1)]
-    waits = [None] * len(actors)
-    alive = [True] * len(actors)
-    while any(alive):
-        ready = [i for i in range(len(actors)) if alive[i] and (waits[i] is None or waits[i]())]
-        if not ready:
-            raise ProtocolError("deadlock")
-        i = rng.choice(ready)
-        try:
-            waits[i] = next(actors[i])
-        except StopIteration:
-            alive[i] = False
+    schedule([producer(), consumer(0), consumer(1)], rng)
 
 
 def failures(schedules, broken=None):

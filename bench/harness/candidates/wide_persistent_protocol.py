@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from wide_vt_protocol import Barrier, ProtocolError, Slot, until  # noqa: E402
+from wide_vt_protocol import Barrier, ProtocolError, Slot, schedule, until  # noqa: E402
 
 K_SLOTS, VT_SLOTS = 2, 3  # the candidate's kKSlots, kVtSlots
 
@@ -157,18 +157,7 @@ def run(item_blocks, rng, broken=None):
                 yield from meet(("zero", j))
             gb += nb
 
-    actors = [producer(), consumer(0), consumer(1)]
-    waits = [None] * len(actors)
-    alive = [True] * len(actors)
-    while any(alive):
-        ready = [i for i in range(len(actors)) if alive[i] and (waits[i] is None or waits[i]())]
-        if not ready:
-            raise ProtocolError("deadlock")
-        i = rng.choice(ready)
-        try:
-            waits[i] = next(actors[i])
-        except StopIteration:
-            alive[i] = False
+    schedule([producer(), consumer(0), consumer(1)], rng)
 
 
 SCHEDULES = [[2], [8], [4, 4, 4], [2, 2, 2, 2], [0, 4, 0, 0, 6], [16, 2, 8], [6, 0, 2, 10, 4]]
