@@ -221,13 +221,20 @@ struct Gather {
     u32 k_base, bars;
     u16* mask16;
     const u8* kv;
-    const i32* idx_row;
+    const i32* idx_row;  // the item's index row
     i32 valid_len, s_kv;
+    int next_off;        // offset in idx_row of this lane's group-0 token of the next block
     int pw, lane;
 
-    __device__ __forceinline__ int load_index(int b, int grp) const {
-        const int j = b * kTokensPerBlock + 16 * pw + 8 * grp + (lane & 7);
-        return j < valid_len ? __ldg(idx_row + j) : -1;
+    // The next block's indices: this lane's tokens of it (groups 0 and 1, 8 apart), -1 past
+    // the valid length; `next_off` moves on to the block after.
+    __device__ __forceinline__ void load_next(int (&nxt)[2]) {
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+            const int j = next_off + 8 * grp;
+            nxt[grp] = j < valid_len ? __ldg(idx_row + j) : -1;
+        }
+        next_off += kTokensPerBlock;
     }
     // Gathers of the CTA's block gb (its slot: gb % kKSlots) and its validity mask; completes on
     // k_full of its slot.
@@ -275,14 +282,17 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     const int kc = 2 * bw + (m >> 1);                   // 16-position chunk
     const u32 st =
         vt_slot + (u32)(n_off >> 3) * kVtGroupStride + (u32)kc * 128 + (u32)(n_off & 7) * 16;
-    // chunk c's ldmatrix of this lane's token, and its permutes and stmatrix
-    auto load = [&](int c, u32 (&v)[4]) {
-        ldmatrix_x4_trans(k_slot + L::k_chunk(token, c), v[0], v[1], v[2], v[3]);
-    };
-    auto store = [&](int c, const u32 (&v)[4]) {
-        stmatrix_x4(st + (u32)c * 2 * kVtGroupStride, byte_perm(v[0], v[1], 0x6420u),
-                    byte_perm(v[0], v[1], 0x7531u), byte_perm(v[2], v[3], 0x6420u),
-                    byte_perm(v[2], v[3], 0x7531u));
+    // This lane's ldmatrix row of chunk c = cc + k (cc a multiple of 4) is ld ^ (k << 4), ld
+    // the row's address of chunk cc with the swizzle bits of the token (bits 4-5, zero in the
+    // rest of the address): one pointer for the four chunks, 4 KB on per four chunks; the
+    // stmatrix rows of chunk c are st_c + 2 (c - cc) kVtGroupStride. The pointers are
+    // stepped by hand: ptxas otherwise recomputed them per iteration, and with them split the
+    // four ldmatrix in two pairs around the permutes (measured in the persistent grid).
+    u32 ld = k_slot + L::k_chunk(token, cc0);
+    u32 st_c = st + (u32)cc0 * 2 * kVtGroupStride;
+    auto store = [&](u32 addr, const u32 (&v)[4]) {
+        stmatrix_x4(addr, byte_perm(v[0], v[1], 0x6420u), byte_perm(v[0], v[1], 0x7531u),
+                    byte_perm(v[2], v[3], 0x6420u), byte_perm(v[2], v[3], 0x7531u));
     };
     constexpr int kEnd = kDV / 32;  // 16-column chunks a warp builds
     // Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
@@ -291,12 +301,16 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     // loaded before the current four are stored, 7-13% slower (the producer spills at 56
     // registers).
 #pragma unroll 1
-    for (int cc = cc0; cc < cc0 + kEnd; cc += 4) {
+    for (int it = 0; it < kEnd / 4; ++it) {
         u32 v[4][4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) load(cc + k, v[k]);
+        for (int k = 0; k < 4; ++k) {
+            ldmatrix_x4_trans(ld ^ (u32)(k << 4), v[k][0], v[k][1], v[k][2], v[k][3]);
+        }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) store(cc + k, v[k]);
+        for (int k = 0; k < 4; ++k) store(st_c + (u32)(k * 2 * kVtGroupStride), v[k]);
+        ld += 4096u;
+        st_c += 8u * kVtGroupStride;
     }
 }
 
@@ -380,12 +394,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         int num_blocks = 0;
         // The gathers of the CTA's block gb (block st of the current item) wait for K slot
         // gb % kKSlots to be released by S and by the V^T build of block gb - kKSlots.
-        auto gather_step = [&](int gb, int st, int (&idx)[2], int (&nxt)[2]) {
+        auto gather_step = [&](int gb, int (&idx)[2], int (&nxt)[2]) {
             // The next block's indices load while this step waits for its K slot.
-#pragma unroll
-            for (int grp = 0; grp < 2; ++grp) {
-                nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
-            }
+            gather.load_next(nxt);
             const int ks = gb % kKSlots;
             if (gb >= kKSlots) {
                 mbar_wait(bars + (kBarKEmpty + ks) * 8, (u32)(gb / kKSlots - 1) & 1u);
@@ -407,42 +418,45 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             mbar_arrive(bars + (kBarVtFull + vs) * 8);
             mbar_arrive(bars + (kBarKEmpty + ks) * 8);
         };
-        // One loop over the CTA's items and their blocks: each step issues the gathers of one
-        // block, then builds V^T of the block before (the CTA's previous block, which may be
-        // the last of the item before). An item's Q tile is loaded after its first step, once
-        // the consumers' last S of the item before has read the one before (q_empty).
-        int gbase = 0;      // the CTA's blocks before this item
-        int pending = -1;   // the CTA's block whose V^T is still to build
-        int j = 0;          // the CTA's items before this one
-        for (int item = blockIdx.x; item < items; item += gridDim.x, ++j) {
-            const int tile = item % p.head_tiles;
-            const int row_i = item / p.head_tiles;
+        // Per item: its first step (the gathers of its block 0, then the V^T build of the
+        // CTA's block before, the last of the item before, then the item's Q tile, once the
+        // consumers' last S of the item before has read the one before: q_empty), then the
+        // item's other steps in a loop that carries no item state but the block numbers, so
+        // that the producer's 56 registers hold the gather and build addresses (with the item
+        // state live across it, ptxas rematerialised them and the build's ldmatrix lost their
+        // overlap: 11% more producer instructions, 8% slower at topk 2048).
+        int gbase = 0;  // the CTA's blocks before this item
+        int j = 0;      // the CTA's items before this one (its item: blockIdx.x + j gridDim.x)
+        bool pending = false;  // V^T of the CTA's block gbase - 1 is still to build
+        for (;; ++j) {
+            const int item = blockIdx.x + j * gridDim.x;
+            if (item >= items) break;
             const int valid_len = item_len(item);
             num_blocks = blocks_of(valid_len);
-            gather.idx_row = p.indices + (i64)row_i * p.topk;
+            gather.idx_row = p.indices + (i64)(item / p.head_tiles) * p.topk;
             gather.valid_len = valid_len;
             // The CTA's next item: its Q tile and index row go to L2 now.
             if (item + (int)gridDim.x < items) {
                 prefetch_item_l2<D_QK>(p, item + (int)gridDim.x, pt);
             }
             int idx[2], nxt[2];  // indices of this step's block and of the next one
-#pragma unroll
-            for (int grp = 0; grp < 2; ++grp) {
-                idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
+            gather.next_off = 16 * pw + (lane & 7);
+            gather.load_next(idx);
+            if (num_blocks > 0) gather_step(gbase, idx, nxt);
+            if (pending) build_step(gbase - 1);
+            if (j > 0) mbar_wait(bars + kBarQEmpty * 8, (u32)(j - 1) & 1u);
+            load_q_tile64<D_QK>(p, item / p.head_tiles, item % p.head_tiles, sq, pt,
+                                num_blocks > 0);
+            mbar_arrive_cp_async(bars + kBarQFull * 8);
+            const int gend = gbase + num_blocks;
+            for (int gb = gbase + 1; gb < gend; ++gb) {
+                gather_step(gb, idx, nxt);
+                build_step(gb - 1);
             }
-            for (int st = 0; st < num_blocks || st == 0; ++st) {
-                if (st < num_blocks) gather_step(gbase + st, st, idx, nxt);
-                if (pending >= 0) build_step(pending);
-                pending = st < num_blocks ? gbase + st : -1;
-                if (st == 0) {
-                    if (j > 0) mbar_wait(bars + kBarQEmpty * 8, (u32)(j - 1) & 1u);
-                    load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_blocks > 0);
-                    mbar_arrive_cp_async(bars + kBarQFull * 8);
-                }
-            }
-            gbase += num_blocks;
+            gbase = gend;
+            pending = num_blocks > 0;  // the item's last block
         }
-        if (pending >= 0) build_step(pending);
+        if (pending) build_step(gbase - 1);
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
