@@ -1,13 +1,25 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for sm_90a in 64-head tiles (wgmma).
 // Semantics: spec KERNELS.md §3.3. Prepended by the library: common.cuh, sparse_mla_common.cuh.
-// The library runs it for more than 32 heads when topk is at least 512 (the narrow kernel's
-// 64-head tiles are faster below: bench/NOTES.md), and for every head count with
-// `HeadTiling::Tiles64`.
+// The library runs it for more than 32 heads (at every top-k: since its grid is persistent it
+// is 1.20-1.29x faster than the narrow kernel's 64-head tiles from top-k 128 to 2048,
+// bench/NOTES.md), and for every head count with `HeadTiling::Tiles64`.
 //
-// Launch (the Rust side mirrors these formulas): grid = head_tiles * s_q CTAs, 1-D (CTA b: head
-// tile b % head_tiles, heads 64 tile … 64 tile + 63, of query row b / head_tiles), 384 threads,
-// one CTA per SM, dynamic shared memory 192 * D_QK + 119400 bytes (229992 at d_qk 576, 217704
-// at 512; no static shared memory).
+// Launch (the Rust side mirrors these formulas): a persistent grid of min(items, SMs) CTAs,
+// 1-D, items = head_tiles * s_q (item w: head tile w % head_tiles, heads 64 tile … 64 tile + 63,
+// of query row w / head_tiles; CTA b takes items b, b + gridDim.x, …; any grid size is
+// correct, and no CTA waits for another), 384 threads, one CTA per SM, dynamic shared memory
+// 192 * D_QK + 119408 bytes (230000 at d_qk 576, 217712 at 512; no static shared memory). topk
+// must be a multiple of 128 (the library's rule): both sides count a CTA's blocks in whole
+// pairs. SPARSE_MLA_WIDE_PERSISTENT tells the kernel harness (bench/harness) to launch a
+// kernel file so.
+#define SPARSE_MLA_WIDE_PERSISTENT 1
+//
+// Persistence. K and V^T slots and their barrier phases count blocks across a CTA's items, so
+// the producer gathers the next item's first blocks while the consumers finish the item
+// before. An item's Q tile is loaded once the consumers' last S of the item before is done
+// (q_empty); the epilogue stages O in the V^T slots of the item's last pair (its P.V is done)
+// and returns those slots to the producer once the bulk stores have read them. An item without
+// a valid block writes its zeros with plain stores.
 //
 // Structure. Warpgroups 0 and 1 are the consumers; warpgroup 2 is the producer (setmaxnreg 56,
 // the consumers 224), one loop for its four warps: step s issues the 16-byte cp.async gathers of
@@ -34,12 +46,11 @@
 //   of 8 value columns 528 bytes apart (not 512, so the eight rows of one stmatrix matrix fall
 //   in eight bank groups: +7% over 512).
 // * P tiles: [64 heads][128 positions of the pair], canonical.
-// * The CTA start: the producer first warms L2 with the Q tile and the index row of the CTA
-//   one SM count ahead, the one this SM most likely runs next, so that after the first wave a
-//   CTA's consumers wait on L2 rather than HBM for their Q tile and first block (harness: +1-3%
-//   at 128 / 576 / 2048 at s_kv 8k and 32k, level at 64k; +3-7% at 64 / 512 / 512).
-// * The epilogue stages O in bf16 over the Q tile and the K slots (head rows 1040 bytes apart,
-//   written with stmatrix) and sends each head row out as one 1 KB bulk copy (the async proxy),
+// * An item's start: the producer first warms L2 with the Q tile and the index row of the
+//   CTA's next item.
+// * The epilogue stages O in bf16 in the V^T slots of the item's last pair (heads 0-31 in one,
+//   32-63 in the other, head rows 1040 bytes apart, written with stmatrix; their P.V is done)
+//   and sends each head row out as one 1 KB bulk copy (the async proxy),
 //   instead of 64 four-byte stores a thread that queued in the LSU (lg throttle: 7% of all
 //   samples at 128 heads / topk 2048; +6.5% there, +14% at 64 / 512 / 512). So `out` must
 //   start 16-byte aligned (the launch checks).
@@ -52,12 +63,16 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1369 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 768 | 759 | 721
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 524 | 517 (the narrow kernel's 64-head tiles, a run
-// before: 473 | 467). Before the staged epilogue and with V^T groups 512 bytes apart (667
-// TFLOP/s), it ran 782 without the V^T build and 670 without the gathers' reads (timing only,
-// wrong results): the producer warpgroup, whose build waits on its ldmatrix behind the
-// gathers' shared-memory writes, is what bounds it (bench/NOTES.md).
+// 1404 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 780 | 767 | 782
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 573 | 574 (one CTA per item, the run before: 768 |
+// 759 | 721 and 524 | 517). The persistent grid first ran 8% slower at topk 2048: the
+// producer's per-block loop carried the item state, and ptxas, at 56 registers, recomputed the
+// build's addresses and split its four ldmatrix in two pairs (Nsight Compute: the consumers'
+// V^T-full waits 8x, K-full 2x; 11% more producer instructions). Before the staged epilogue and
+// with V^T groups 512 bytes apart (667 TFLOP/s), it ran 782 without the V^T build and 670
+// without the gathers' reads (timing only, wrong results): the producer warpgroup, whose build
+// waits on its ldmatrix behind the gathers' shared-memory writes, is what bounds it
+// (bench/NOTES.md).
 
 namespace sparse_mla {
 
@@ -78,9 +93,8 @@ constexpr int kVtGroupStride = 528;
 constexpr int kVtBytes = (kDV / 8) * kVtGroupStride;           // one V^T slot: 33792
 constexpr int kPBytes = kHeadsPerTile * 2 * kTokensPerBlock;  // one P tile [64 heads][128]
 // The epilogue stages O (bf16 [64 heads][512]) in shared memory, head rows kOutRowStride bytes
-// apart (1024 + 16, so the eight rows of one stmatrix matrix fall in eight bank groups), over
-// the Q tile and the K slots, which the last S has freed; each head row goes out as one 1 KB
-// bulk copy.
+// apart (1024 + 16, so the eight rows of one stmatrix matrix fall in eight bank groups), in the
+// V^T slots of the item's last pair; each head row goes out as one 1 KB bulk copy.
 constexpr int kOutRowStride = 2 * kDV + 16;
 // setmaxnreg: 224 * 256 + 56 * 128 = 64512 = 168 * 384, the pool the launch allocated. An
 // increase past the pool waits forever (64 producer registers hung the kernel), and the published
@@ -114,10 +128,10 @@ struct Smem {
     static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
     static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
     static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
-    static constexpr int kBytes = kBars + (1 + 2 * kKSlots + 2 * kVtSlots) * 8;
-    static_assert(kBytes == 192 * D_QK + 119400, "launch-shape formula in the header comment");
+    static constexpr int kBytes = kBars + (2 + 2 * kKSlots + 2 * kVtSlots) * 8;
+    static_assert(kBytes == 192 * D_QK + 119408, "launch-shape formula in the header comment");
     static_assert(kK % 512 == 0 && kTileBytes % 512 == 0, "64-byte swizzle atoms are 512-aligned");
-    static_assert(kHeadsPerTile * kOutRowStride <= kVt, "the O staging fits over Q and the K slots");
+    static_assert(32 * kOutRowStride <= kVtBytes, "half of the O staging fits one V^T slot");
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
 };
 
@@ -126,6 +140,7 @@ constexpr int kBarKFull = 1;                        // [kKSlots]
 constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots]
 constexpr int kBarVtFull = kBarKEmpty + kKSlots;    // [kVtSlots]
 constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
+constexpr int kBarQEmpty = kBarVtEmpty + kVtSlots;  // the consumers' last S of an item is done
 
 // wgmma shared-memory descriptor of a K-major operand in the 64-byte swizzle (8-row atoms of
 // 512 bytes, `sbo` bytes apart; the leading offset is unused).
@@ -210,17 +225,25 @@ struct Gather {
     u32 k_base, bars;
     u16* mask16;
     const u8* kv;
-    const i32* idx_row;
+    const i32* idx_row;  // the item's index row
     i32 valid_len, s_kv;
+    int next_off;        // offset in idx_row of this lane's group-0 token of the next block
     int pw, lane;
 
-    __device__ __forceinline__ int load_index(int b, int grp) const {
-        const int j = b * kTokensPerBlock + 16 * pw + 8 * grp + (lane & 7);
-        return j < valid_len ? __ldg(idx_row + j) : -1;
+    // The next block's indices: this lane's tokens of it (groups 0 and 1, 8 apart), -1 past
+    // the valid length; `next_off` moves on to the block after.
+    __device__ __forceinline__ void load_next(int (&nxt)[2]) {
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+            const int j = next_off + 8 * grp;
+            nxt[grp] = j < valid_len ? __ldg(idx_row + j) : -1;
+        }
+        next_off += kTokensPerBlock;
     }
-    // Gathers of block b and its validity mask; completes on k_full of its slot.
-    __device__ __forceinline__ void issue_block(int b, const int (&idx)[2]) const {
-        const int slot = b % kKSlots;
+    // Gathers of the CTA's block gb (its slot: gb % kKSlots) and its validity mask; completes on
+    // k_full of its slot.
+    __device__ __forceinline__ void issue_block(int gb, const int (&idx)[2]) const {
+        const int slot = gb % kKSlots;
         const u32 dst_slot = k_base + slot * L::kTileBytes;
         u32 bits = 0;
 #pragma unroll
@@ -263,14 +286,17 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     const int kc = 2 * bw + (m >> 1);                   // 16-position chunk
     const u32 st =
         vt_slot + (u32)(n_off >> 3) * kVtGroupStride + (u32)kc * 128 + (u32)(n_off & 7) * 16;
-    // chunk c's ldmatrix of this lane's token, and its permutes and stmatrix
-    auto load = [&](int c, u32 (&v)[4]) {
-        ldmatrix_x4_trans(k_slot + L::k_chunk(token, c), v[0], v[1], v[2], v[3]);
-    };
-    auto store = [&](int c, const u32 (&v)[4]) {
-        stmatrix_x4(st + (u32)c * 2 * kVtGroupStride, byte_perm(v[0], v[1], 0x6420u),
-                    byte_perm(v[0], v[1], 0x7531u), byte_perm(v[2], v[3], 0x6420u),
-                    byte_perm(v[2], v[3], 0x7531u));
+    // This lane's ldmatrix row of chunk c = cc + k (cc a multiple of 4) is ld ^ (k << 4), ld
+    // the row's address of chunk cc with the swizzle bits of the token (bits 4-5, zero in the
+    // rest of the address): one pointer for the four chunks, 4 KB on per four chunks; the
+    // stmatrix rows of chunk c are st_c + 2 (c - cc) kVtGroupStride. The pointers are
+    // stepped by hand: ptxas otherwise recomputed them per iteration, and with them split the
+    // four ldmatrix in two pairs around the permutes (measured in the persistent grid).
+    u32 ld = k_slot + L::k_chunk(token, cc0);
+    u32 st_c = st + (u32)cc0 * 2 * kVtGroupStride;
+    auto store = [&](u32 addr, const u32 (&v)[4]) {
+        stmatrix_x4(addr, byte_perm(v[0], v[1], 0x6420u), byte_perm(v[0], v[1], 0x7531u),
+                    byte_perm(v[2], v[3], 0x6420u), byte_perm(v[2], v[3], 0x7531u));
     };
     constexpr int kEnd = kDV / 32;  // 16-column chunks a warp builds
     // Four chunks at a time: their ldmatrix first, then the permutes and stores (the asm
@@ -279,12 +305,16 @@ __device__ __forceinline__ void build_vt(u32 k_slot, u32 vt_slot, int pw, int la
     // loaded before the current four are stored, 7-13% slower (the producer spills at 56
     // registers).
 #pragma unroll 1
-    for (int cc = cc0; cc < cc0 + kEnd; cc += 4) {
+    for (int it = 0; it < kEnd / 4; ++it) {
         u32 v[4][4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) load(cc + k, v[k]);
+        for (int k = 0; k < 4; ++k) {
+            ldmatrix_x4_trans(ld ^ (u32)(k << 4), v[k][0], v[k][1], v[k][2], v[k][3]);
+        }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) store(cc + k, v[k]);
+        for (int k = 0; k < 4; ++k) store(st_c + (u32)(k * 2 * kVtGroupStride), v[k]);
+        ld += 4096u;
+        st_c += 8u * kVtGroupStride;
     }
 }
 
@@ -326,18 +356,22 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const u32 sp = smem_base + L::kP;
     const u32 bars = smem_base + L::kBars;
 
-    const int tile = blockIdx.x % p.head_tiles;
-    const int row_i = blockIdx.x / p.head_tiles;
+    const int items = p.head_tiles * p.s_q;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-
-    int valid_len = p.topk;
-    if (HAVE_TOPK_LENGTH) valid_len = min(max(__ldg(p.topk_length + row_i), 0), p.topk);
-    const int num_blocks = HAVE_TOPK_LENGTH ? ((valid_len + 127) / 128) * 2 : p.topk / 64;
-    const int num_pairs = num_blocks / 2;
+    // Valid length and blocks (a multiple of two) of work item `item`.
+    auto item_len = [&](int item) {
+        return HAVE_TOPK_LENGTH
+                   ? min(max(__ldg(p.topk_length + item / p.head_tiles), 0), p.topk)
+                   : p.topk;
+    };
+    auto blocks_of = [&](int len) {
+        return HAVE_TOPK_LENGTH ? ((len + 127) / 128) * 2 : p.topk / 64;
+    };
 
     if (threadIdx.x == 0) {
         mbar_init(bars + kBarQFull * 8, 128);
+        mbar_init(bars + kBarQEmpty * 8, 256);
         for (int s = 0; s < kKSlots; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 256);   // 128 cp.async-tracked + 128 plain
             mbar_init(bars + (kBarKEmpty + s) * 8, 256);  // owner warpgroup + V^T build
@@ -358,28 +392,25 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         gather.bars = bars;
         gather.mask16 = reinterpret_cast<u16*>(smem + L::kMask);
         gather.kv = p.kv;
-        gather.idx_row = p.indices + (i64)row_i * p.topk;
-        gather.valid_len = valid_len;
         gather.s_kv = p.s_kv;
         gather.pw = pw;
         gather.lane = lane;
-        // The gathers of block st wait for K slot st % kKSlots to be released by S and by the
-        // V^T build of block st - kKSlots.
-        auto gather_step = [&](int st, int (&idx)[2], int (&nxt)[2]) {
+        int num_blocks = 0;
+        // The gathers of the CTA's block gb (block st of the current item) wait for K slot
+        // gb % kKSlots to be released by S and by the V^T build of block gb - kKSlots.
+        auto gather_step = [&](int gb, int (&idx)[2], int (&nxt)[2]) {
             // The next block's indices load while this step waits for its K slot.
-#pragma unroll
-            for (int grp = 0; grp < 2; ++grp) {
-                nxt[grp] = st + 1 < num_blocks ? gather.load_index(st + 1, grp) : -1;
+            gather.load_next(nxt);
+            const int ks = gb % kKSlots;
+            if (gb >= kKSlots) {
+                mbar_wait(bars + (kBarKEmpty + ks) * 8, (u32)(gb / kKSlots - 1) & 1u);
             }
-            const int ks = st % kKSlots;
-            if (st >= kKSlots) {
-                mbar_wait(bars + (kBarKEmpty + ks) * 8, (u32)(st / kKSlots - 1) & 1u);
-            }
-            gather.issue_block(st, idx);
+            gather.issue_block(gb, idx);
 #pragma unroll
             for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
         };
-        // V^T of block b from its K slot, once the rows have landed and the V^T slot is free.
+        // V^T of the CTA's block b from its K slot, once the rows have landed and the V^T slot
+        // is free.
         auto build_step = [&](int b) {
             const int ks = b % kKSlots, vs = b % kVtSlots;
             mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
@@ -391,31 +422,45 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             mbar_arrive(bars + (kBarVtFull + vs) * 8);
             mbar_arrive(bars + (kBarKEmpty + ks) * 8);
         };
-        load_q_tile64<D_QK>(p, row_i, tile, sq, pt, num_pairs > 0);
-        {
-            // The CTA that this SM most likely runs next (one CTA an SM, the grid dispatched in
-            // order: about one SM count later) gets its Q tile and index row into L2 now, so
-            // that its start waits on L2 rather than on HBM. %nsmid may exceed the SMs present;
-            // the item is then a little further ahead, still within the wave after next.
-            u32 sms;
-            asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-            const int next = (int)blockIdx.x + (int)sms;
-            if (next < (int)gridDim.x) prefetch_item_l2<D_QK>(p, next, pt);
+        // Per item: its first step (the gathers of its block 0, then the V^T build of the
+        // CTA's block before, the last of the item before, then the item's Q tile, once the
+        // consumers' last S of the item before has read the one before: q_empty), then the
+        // item's other steps in a loop that carries no item state but the block numbers, so
+        // that the producer's 56 registers hold the gather and build addresses (with the item
+        // state live across it, ptxas rematerialised them and the build's ldmatrix lost their
+        // overlap: 11% more producer instructions, 8% slower at topk 2048).
+        int gbase = 0;  // the CTA's blocks before this item
+        int j = 0;      // the CTA's items before this one (its item: blockIdx.x + j gridDim.x)
+        bool pending = false;  // V^T of the CTA's block gbase - 1 is still to build
+        for (;; ++j) {
+            const int item = blockIdx.x + j * gridDim.x;
+            if (item >= items) break;
+            const int valid_len = item_len(item);
+            num_blocks = blocks_of(valid_len);
+            gather.idx_row = p.indices + (i64)(item / p.head_tiles) * p.topk;
+            gather.valid_len = valid_len;
+            // The CTA's next item: its Q tile and index row go to L2 now.
+            if (item + (int)gridDim.x < items) {
+                prefetch_item_l2<D_QK>(p, item + (int)gridDim.x, pt);
+            }
+            int idx[2], nxt[2];  // indices of this step's block and of the next one
+            gather.next_off = 16 * pw + (lane & 7);
+            gather.load_next(idx);
+            if (num_blocks > 0) gather_step(gbase, idx, nxt);
+            if (pending) build_step(gbase - 1);
+            if (j > 0) mbar_wait(bars + kBarQEmpty * 8, (u32)(j - 1) & 1u);
+            load_q_tile64<D_QK>(p, item / p.head_tiles, item % p.head_tiles, sq, pt,
+                                num_blocks > 0);
+            mbar_arrive_cp_async(bars + kBarQFull * 8);
+            const int gend = gbase + num_blocks;
+            for (int gb = gbase + 1; gb < gend; ++gb) {
+                gather_step(gb, idx, nxt);
+                build_step(gb - 1);
+            }
+            gbase = gend;
+            pending = num_blocks > 0;  // the item's last block
         }
-        if (num_pairs > 0) mbar_arrive_cp_async(bars + kBarQFull * 8);
-        int idx[2], nxt[2];  // indices of this step's block and of the next one
-#pragma unroll
-        for (int grp = 0; grp < 2; ++grp) {
-            idx[grp] = num_blocks > 0 ? gather.load_index(0, grp) : -1;
-        }
-        // One loop for the whole warpgroup: step st issues the gathers of block st, then builds
-        // V^T of block st - kBuildLag (whose rows have had a step to land). kBuildLag < kKSlots:
-        // the gathers of block st need the build of block st - kKSlots, done a step earlier.
-        constexpr int kBuildLag = kKSlots - 1;
-        for (int st = 0; st < num_blocks + kBuildLag; ++st) {
-            if (st < num_blocks) gather_step(st, idx, nxt);
-            if (st - kBuildLag >= 0) build_step(st - kBuildLag);
-        }
+        if (pending) build_step(gbase - 1);
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
@@ -439,15 +484,11 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     const u64 q_desc = make_smem_desc(sq, 128, L::kRowGroupBytes);
 
     float o[128];  // O[heads row0, row0 + 8][value columns 256wg + 8j + 2t0 + {0,1}]
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    float m_ref[2] = {-pos_inf(), -pos_inf()};
-    float t_max[2] = {-pos_inf(), -pos_inf()};
-    float l_run[2] = {0.f, 0.f};
-    float alpha[2] = {1.f, 1.f};
-    float headroom = 0.f;
+    float m_ref[2], t_max[2], l_run[2], alpha[2];
+    float headroom;
     float s_cur[32], s_next[32];
     u64 s_mask = 0;  // validity of the tokens of the block in s_cur (bit = S column)
+    int gbase = 0;   // the CTA's blocks before the current item (block ids below are the CTA's)
 
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
@@ -613,14 +654,15 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     auto pv_issue = [&](int t) {
 #pragma unroll
         for (int kb = 0; kb < 2; ++kb) {
-            mbar_wait(bars + (kBarVtFull + vt_slot(2 * t + kb)) * 8, vt_use(2 * t + kb) & 1u);
+            const int blk = gbase + 2 * t + kb;
+            mbar_wait(bars + (kBarVtFull + vt_slot(blk)) * 8, vt_use(blk) & 1u);
         }
         const u64 p_desc = make_smem_desc(sp + (u32)((t & 1) * kPBytes), 128, 1024);
         fence_regs(o);
         wgmma_fence();
 #pragma unroll
         for (int kb = 0; kb < 2; ++kb) {
-            const int vs = vt_slot(2 * t + kb);
+            const int vs = vt_slot(gbase + 2 * t + kb);
             const u64 vt_desc =
                 make_smem_desc(svt + (u32)(vs * kVtBytes + wg * (kVtBytes / 2)), 128,
                                kVtGroupStride);
@@ -632,96 +674,140 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         }
     };
 
-    if (num_pairs > 0) {
-        mbar_wait(bars + kBarQFull * 8, 0);
-        fence_proxy_async();
-        s_begin(wg, false);
-        wgmma_wait<0>();
-        s_finish(wg);
-        softmax(0);  // O is still zero: no rescale
-    }
-    for (int t = 0; t < num_pairs; ++t) {
-        pv_issue(t);
-        if (t + 1 < num_pairs) {
-            // S of the next pair queues behind P.V: after S chunks 0 and 1 are issued, s_begin
-            // waits for P.V's group of block 0, then of block 1 (wgmma_wait<2>), and returns
-            // each V^T slot to the producer as soon as its group is done.
-            s_begin(2 * (t + 1) + wg, true);
-            wgmma_wait<0>();
-            s_finish(2 * (t + 1) + wg);
-            if (softmax(t + 1)) rescale_o();
-        } else {
-            wgmma_wait<0>();
-            fence_regs(o);
-        }
-    }
-
-    // ---------------------------------------------------------------- epilogue
+    int tile = 0, row_i = 0, num_pairs = 0;  // the current item's
+    for (int item = blockIdx.x, item_no = 0; item < items; item += gridDim.x, ++item_no) {
+        tile = item % p.head_tiles;
+        row_i = item / p.head_tiles;
+        num_pairs = blocks_of(item_len(item)) / 2;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-        t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 1));
-        t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 2));
-    }
-    if (t0 == 0) {
-        sum_xchg[wg * 64 + row0] = l_run[0];
-        sum_xchg[wg * 64 + row0 + 8] = l_run[1];
-        tmax_xchg[wg * 64 + row0] = t_max[0];
-        tmax_xchg[wg * 64 + row0 + 8] = t_max[1];
-    }
-    named_barrier_sync(kBarConsumers, 256);
-    float out_scale[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        const int head = tile * kHeadsPerTile + row;
-        const float l_total = l_run[h] + sum_xchg[(1 - wg) * 64 + row];
-        const bool empty = m_ref[h] == -pos_inf();
-        float denom = l_total;
-        if (HAVE_SINK && head < p.h_q) {
-            denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[h]));
-        }
-        out_scale[h] = empty ? 0.f : kv_scale / denom;
-        if (wg == h && t0 == 0 && head < p.h_q) {
-            const float m_true = fmaxf(t_max[h], tmax_xchg[(1 - wg) * 64 + row]);
-            const i64 out_row = (i64)row_i * p.h_q + head;
-            p.max_logits[out_row] = empty ? -pos_inf() : m_true * kLn2;
-            p.lse[out_row] = empty ? pos_inf() : (m_ref[h] + log2f(l_total)) * kLn2;
-        }
-    }
-    // O in bf16 into the staging rows: every S and P.V of both warpgroups is done (each waited
-    // for its own before the barrier above), so Q and the K slots are free. stmatrix.x4 of
-    // matrices (value columns 8j … 8j + 7, heads 16 wwarp + 8h …), j = 4jj … 4jj + 3: the
-    // accumulator fragment is the stmatrix fragment (row g, columns 2t0, 2t0 + 1).
-    const u32 stage = smem_base + L::kQ;
-    {
-        const int m = lane >> 3, r = lane & 7;
+        for (int i = 0; i < 128; ++i) o[i] = 0.f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const u32 row_addr = stage + (u32)((16 * wwarp + 8 * h + r) * kOutRowStride) +
-                                 (u32)((256 * wg + 8 * m) * 2);
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                u32 v[4];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int j = 4 * jj + i;
-                    v[i] = pack_bf16x2(o[4 * j + 2 * h] * out_scale[h],
-                                       o[4 * j + 2 * h + 1] * out_scale[h]);
-                }
-                stmatrix_x4(row_addr + (u32)(jj * 64), v[0], v[1], v[2], v[3]);
+            m_ref[h] = -pos_inf();
+            t_max[h] = -pos_inf();
+            l_run[h] = 0.f;
+            alpha[h] = 1.f;
+        }
+        headroom = 0.f;
+        mbar_wait(bars + kBarQFull * 8, (u32)item_no & 1u);
+        fence_proxy_async();
+        const u32 q_done = bars + kBarQEmpty * 8;  // arrived on after the item's last S
+        if (num_pairs > 0) {
+            s_begin(gbase + wg, false);
+            wgmma_wait<0>();
+            s_finish(gbase + wg);
+            if (num_pairs == 1) mbar_arrive(q_done);
+            softmax(0);  // O is still zero: no rescale
+        } else {
+            mbar_arrive(q_done);
+        }
+        for (int t = 0; t < num_pairs; ++t) {
+            pv_issue(t);
+            if (t + 1 < num_pairs) {
+                // S of the next pair queues behind P.V: after S chunks 0 and 1 are issued,
+                // s_begin waits for P.V's group of block 0, then of block 1 (wgmma_wait<2>), and
+                // returns each V^T slot to the producer as soon as its group is done.
+                s_begin(gbase + 2 * (t + 1) + wg, true);
+                wgmma_wait<0>();
+                s_finish(gbase + 2 * (t + 1) + wg);
+                if (t + 2 == num_pairs) mbar_arrive(q_done);
+                if (softmax(t + 1)) rescale_o();
+            } else {
+                wgmma_wait<0>();
+                fence_regs(o);
             }
         }
-    }
-    fence_proxy_async();  // the staging is read by the bulk copies (async proxy)
-    named_barrier_sync(kBarConsumers, 256);
-    // Head row hl (thread hl of the consumers) goes out as one bulk copy; heads past h_q are
-    // not written.
-    const int hl = threadIdx.x;
-    if (hl < kHeadsPerTile && tile * kHeadsPerTile + hl < p.h_q) {
-        bf16_t* out = p.out + ((i64)row_i * p.h_q + tile * kHeadsPerTile + hl) * kDV;
-        bulk_store(out, stage + (u32)(hl * kOutRowStride), 2 * kDV);
-        bulk_store_drain();
+
+        // ---------------------------------------------------------------- epilogue
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+            l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+            t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 1));
+            t_max[h] = fmaxf(t_max[h], __shfl_xor_sync(0xffffffffu, t_max[h], 2));
+        }
+        if (t0 == 0) {
+            sum_xchg[wg * 64 + row0] = l_run[0];
+            sum_xchg[wg * 64 + row0 + 8] = l_run[1];
+            tmax_xchg[wg * 64 + row0] = t_max[0];
+            tmax_xchg[wg * 64 + row0 + 8] = t_max[1];
+        }
+        named_barrier_sync(kBarConsumers, 256);
+        float out_scale[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 8 * h;
+            const int head = tile * kHeadsPerTile + row;
+            const float l_total = l_run[h] + sum_xchg[(1 - wg) * 64 + row];
+            const bool empty = m_ref[h] == -pos_inf();
+            float denom = l_total;
+            if (HAVE_SINK && head < p.h_q) {
+                denom += fast_exp2(__ldg(p.attn_sink + head) * kLog2e - (empty ? 0.f : m_ref[h]));
+            }
+            out_scale[h] = empty ? 0.f : kv_scale / denom;
+            if (wg == h && t0 == 0 && head < p.h_q) {
+                const float m_true = fmaxf(t_max[h], tmax_xchg[(1 - wg) * 64 + row]);
+                const i64 out_row = (i64)row_i * p.h_q + head;
+                p.max_logits[out_row] = empty ? -pos_inf() : m_true * kLn2;
+                p.lse[out_row] = empty ? pos_inf() : (m_ref[h] + log2f(l_total)) * kLn2;
+            }
+        }
+        if (num_pairs == 0) {
+            // No valid block: O is zero, written with plain 16-byte stores (heads past h_q not).
+            for (int e = threadIdx.x; e < kHeadsPerTile * (2 * kDV / 16); e += 256) {
+                const int head = tile * kHeadsPerTile + e / (2 * kDV / 16);
+                if (head < p.h_q) {
+                    uint4* out =
+                        reinterpret_cast<uint4*>(p.out + ((i64)row_i * p.h_q + head) * kDV);
+                    out[e % (2 * kDV / 16)] = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            // The next item's exchanges must not overwrite what the other warpgroup still reads.
+            named_barrier_sync(kBarConsumers, 256);
+        } else {
+            // O in bf16 into the staging rows. stmatrix.x4 of matrices (value columns 8j …
+            // 8j + 7, heads 16 wwarp + 8h …), j = 4jj … 4jj + 3: the accumulator fragment is the
+            // stmatrix fragment (row g, columns 2t0, 2t0 + 1). Heads 0-31 stage in the V^T slot
+            // of the item's second-to-last block, 32-63 in that of its last block (their P.V is
+            // done in both warpgroups: each waited for its own before the barrier above).
+            auto stage_row = [&](int head) {
+                const int blk = gbase + 2 * num_pairs - 2 + (head >> 5);
+                return svt + (u32)(vt_slot(blk) * kVtBytes + (head & 31) * kOutRowStride);
+            };
+            {
+                const int m = lane >> 3, r = lane & 7;
+    #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 row_addr =
+                        stage_row(16 * wwarp + 8 * h + r) + (u32)((256 * wg + 8 * m) * 2);
+    #pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) {
+                        u32 v[4];
+    #pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const int j = 4 * jj + i;
+                            v[i] = pack_bf16x2(o[4 * j + 2 * h] * out_scale[h],
+                                               o[4 * j + 2 * h + 1] * out_scale[h]);
+                        }
+                        stmatrix_x4(row_addr + (u32)(jj * 64), v[0], v[1], v[2], v[3]);
+                    }
+                }
+            }
+            fence_proxy_async();  // the staging is read by the bulk copies (async proxy)
+            named_barrier_sync(kBarConsumers, 256);
+            // Head row hl (thread hl of the consumers) goes out as one bulk copy; heads past h_q
+            // are not written.
+            const int hl = threadIdx.x;
+            if (hl < kHeadsPerTile && tile * kHeadsPerTile + hl < p.h_q) {
+                bf16_t* out = p.out + ((i64)row_i * p.h_q + tile * kHeadsPerTile + hl) * kDV;
+                bulk_store(out, stage_row(hl), 2 * kDV);
+                bulk_store_drain();
+            }
+            // Both V^T slots go back to the producer: vt_empty counts every consumer thread, and
+            // a thread that sent a row arrives only once its copy has read the staging.
+            mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 2)) * 8);
+            mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 1)) * 8);
+        }
+        gbase += 2 * num_pairs;
     }
 }

@@ -590,7 +590,7 @@ int main(int argc, char** argv) {
                tile_for(*find_variant("base"), 128));
         for (int d : {576, 512})
             for (int heads : {64, 128})
-                for (int topk : {256, 512, 1024, 2048})
+                for (int topk : {128, 256, 512, 1024, 2048})
                     time_shape(vars, d, heads, topk, 4096, 32768, false);
         return 0;
     }

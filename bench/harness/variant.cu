@@ -8,7 +8,7 @@
 //                                  grid); 1: a 64-head kernel (one CTA per row and head tile,
 //                                  or, where its file defines SPARSE_MLA_WIDE_PERSISTENT, a
 //                                  persistent grid of one CTA an SM)
-//   -DVARIANT_GRID=<n>             optional (narrow, or a persistent 64-head candidate): a
+//   -DVARIANT_GRID=<n>             optional (narrow, or a persistent 64-head kernel): a
 //                                  persistent grid of n CTAs instead of one per resident slot
 //                                  (many rows per CTA: checks the persistent loop)
 #include <cuda_runtime.h>
@@ -44,7 +44,7 @@ static int go(const SparseMlaParams& p, int /*tile*/, cudaStream_t st) {
     }
     int grid = p.head_tiles * p.s_q;
 #ifdef SPARSE_MLA_WIDE_PERSISTENT
-    // A persistent candidate (its file defines the macro): one CTA an SM at most.
+    // A persistent kernel file (it defines the macro): one CTA an SM at most.
 #ifdef VARIANT_GRID
     const int cap = VARIANT_GRID;  // fewer CTAs, many items each: checks the persistent loop
 #else

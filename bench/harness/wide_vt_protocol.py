@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Model check of the barrier protocol of the 64-head kernel, kernels/sparse_mla_prefill.cu.
+"""Model check of the barrier protocol of the 64-head kernel, kernels/sparse_mla_prefill.cu,
+for a CTA that runs one work item (the persistent grid's many items a CTA, and what they add,
+are bench/harness/wide_persistent_protocol.py, which reuses these actors and checks).
 
 Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full / k_empty
 per K slot, vt_full / vt_empty per V^T slot) and, between the consumers, in the softmax's vote

@@ -25,8 +25,7 @@ const MAX_HEAD_TILE: u64 = 1024;
 const HEAD_TILE: u64 = 64;
 /// Narrow sparse-MLA head tiles the model macro picks, smallest first: each measured faster than
 /// the padded 64-head tile on the H200 (bench/RESULTS.md), so 17..=32 heads per rank get the
-/// 32-head tile and 33..=64 pad to 64 (which the CUDA backend runs by default in the 64-head
-/// kernel from top-k 512 on and in the narrow kernel's 64-head tile below, `HeadTiling`).
+/// 32-head tile and 33..=64 pad to 64 (which the CUDA backend runs in the 64-head kernel).
 const NARROW_HEAD_TILES: [u64; 3] = [8, 16, 32];
 /// Top-k columns per sparse-MLA loop step.
 const TOPK_STEP: u64 = 128;

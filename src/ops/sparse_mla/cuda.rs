@@ -1,8 +1,9 @@
 //! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
-//! 16 or 32 heads (and, by default, more heads at top-k below 512 in its 64-head tiles of two
-//! 32-head warpgroups), `kernels/sparse_mla_prefill.cu` for 64-head tiles (by default more than
-//! 32 heads at top-k 512 or more, and every call with `HeadTiling::Tiles64`); both are compiled
-//! after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
+//! 16 or 32 heads (its 64-head tiles of two 32-head warpgroups are a kernel of their own,
+//! [`SparseMlaNarrow64Kernel`], which the default tiling no longer picks),
+//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (by default more than 32 heads, and every
+//! call with `HeadTiling::Tiles64`); both are compiled after `kernels/sparse_mla_common.cuh`
+//! (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
 
@@ -45,24 +46,18 @@ pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(Phantom
 
 /// The narrow kernel's 64-head tile, `sparse_mla_narrow_kernel<D_QK, 64, HAVE_TOPK_LENGTH,
 /// HAVE_SINK>`: one CTA per SM whose two consumer warpgroups each run 32 of the heads as a
-/// 32-head tile, both reading one gathered K ring (the default for more than 32 heads).
+/// 32-head tile, both reading one gathered K ring. [`HeadTiling`] no longer picks it (the
+/// 64-head kernel, persistent too, is faster at every top-k); it stays for engines that launch
+/// it themselves ([`Cuda::launch`](crate::backend::Cuda::launch)) and as the kernel harness's
+/// comparison.
 pub struct SparseMlaNarrow64Kernel<const D_QK: usize, O>(PhantomData<O>);
 
-/// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119400` bytes (the kernel
+/// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119408` bytes (the kernel
 /// asserts the same formula against its layout: Q tile and two K slots of `64·D_QK` bytes each,
 /// three V^T slots of 33792, two P tiles of 8192, statistics and barriers).
 pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
-    (192 * d_qk + 119400) as u32
+    (192 * d_qk + 119408) as u32
 }
-
-/// The smallest top-k at which the default tiling runs more than 32 heads in the 64-head kernel
-/// rather than in the narrow kernel's 64-head tiles. The 64-head kernel runs one CTA per query
-/// row and tile (its row start and epilogue are not overlapped with other rows), the narrow
-/// kernel a persistent grid, which pays where a row has few blocks: measured on the H200 at
-/// s_kv 32768, 64 and 128 heads, both head dims, the 64-head kernel is 1.06-1.08× faster at
-/// top-k 512, 1.11-1.16× at 1024 and 1.17-1.21× at 2048, and the narrow tiles 1.01-1.04× faster
-/// at 256 (`bench/RESULTS.md`).
-pub const SPARSE_MLA_WIDE_MIN_TOPK: usize = 512;
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
 /// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
@@ -200,32 +195,46 @@ impl<const D_QK: usize, O: Options> NarrowTile for SparseMlaNarrow64Kernel<D_QK,
     const TILE: usize = 64;
 }
 
-/// Which kernel runs a head tile: the narrow kernel (tiles of 8, 16, 32 or 64 heads) or the
+/// Which kernel runs a head tile: the narrow kernel in tiles of 8, 16 or 32 heads, or the
 /// 64-head kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TileKernel {
-    Narrow,
+    Narrow8,
+    Narrow16,
+    Narrow32,
     Wide,
 }
 
-/// The kernel, the head tile width and the tiles per query row that run `heads` real heads at
-/// top-k width `topk` under `tiling`. By default the narrow kernel runs them in the narrowest of
-/// its tiles that holds them (8, 16 or 32, whatever `H_Q` pads them to: 16 real heads of
-/// `H_Q = 64` launch exactly as with `H_Q = 16`); more than 32 run in 64-head tiles, of the
-/// 64-head kernel from top-k [`SPARSE_MLA_WIDE_MIN_TOPK`] on and of the narrow kernel below it;
-/// `Tiles64` runs the 64-head kernel's tiles. Only tiles that hold a real head are launched.
-fn head_tile_plan(tiling: HeadTiling, heads: usize, topk: usize) -> (TileKernel, usize, usize) {
-    let (kernel, tile) = match tiling {
+impl TileKernel {
+    /// Heads a tile of this kernel holds.
+    const fn tile(self) -> usize {
+        match self {
+            TileKernel::Narrow8 => 8,
+            TileKernel::Narrow16 => 16,
+            TileKernel::Narrow32 => 32,
+            TileKernel::Wide => 64,
+        }
+    }
+}
+
+/// The kernel and the tiles per query row that run `heads` real heads under
+/// `tiling`. By default the narrow kernel runs them in the narrowest of its tiles that holds them
+/// (8, 16 or 32, whatever `H_Q` pads them to: 16 real heads of `H_Q = 64` launch exactly as with
+/// `H_Q = 16`); more than 32 run in the 64-head kernel's tiles, at every top-k: on its persistent
+/// grid it is 1.20-1.29× faster than the narrow kernel's 64-head tiles from top-k 128 to 2048
+/// (H200, s_kv 32768, 64 and 128 heads, both head dims: `bench/RESULTS.md`). `Tiles64` runs the
+/// 64-head kernel's tiles for every head count. Only tiles that hold a real head are launched.
+fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (TileKernel, usize) {
+    let kernel = match tiling {
         HeadTiling::Fastest => match heads {
-            0..=8 => (TileKernel::Narrow, 8),
-            9..=16 => (TileKernel::Narrow, 16),
-            17..=32 => (TileKernel::Narrow, 32),
-            _ if topk >= SPARSE_MLA_WIDE_MIN_TOPK => (TileKernel::Wide, 64),
-            _ => (TileKernel::Narrow, 64),
+            0..=8 => TileKernel::Narrow8,
+            9..=16 => TileKernel::Narrow16,
+            17..=32 => TileKernel::Narrow32,
+            _ => TileKernel::Wide,
         },
-        HeadTiling::Tiles64 => (TileKernel::Wide, 64),
+        HeadTiling::Tiles64 => TileKernel::Wide,
     };
-    (kernel, tile, heads.div_ceil(tile))
+    (kernel, heads.div_ceil(kernel.tile()))
 }
 
 impl SparseMlaLaunch for Cuda {
@@ -242,7 +251,7 @@ impl SparseMlaLaunch for Cuda {
         if call.s_q == 0 {
             return Ok(());
         }
-        let (kernel, tile, head_tiles) = head_tile_plan(call.tiling, HEADS, TOPK);
+        let (kernel, head_tiles) = head_tile_plan(call.tiling, HEADS);
         let SparseMlaCall {
             tiling: _,
             s_q,
@@ -284,22 +293,21 @@ impl SparseMlaLaunch for Cuda {
         let rows = (head_tiles * s_q) as u32;
         // SAFETY (all arms): q, indices, outputs were tied to s_q and the kv rows to s_kv at the
         // typed boundary; the kernels never read an index outside [0, s_kv).
-        let launched = match (kernel, tile) {
-            (TileKernel::Narrow, 8) => unsafe {
+        let launched = match kernel {
+            TileKernel::Narrow8 => unsafe {
                 self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(rows, &params)
             },
-            (TileKernel::Narrow, 16) => unsafe {
+            TileKernel::Narrow16 => unsafe {
                 self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(rows, &params)
             },
-            (TileKernel::Narrow, 32) => unsafe {
+            TileKernel::Narrow32 => unsafe {
                 self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(rows, &params)
             },
-            (TileKernel::Narrow, _) => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaNarrow64Kernel<D_QK, O>>(rows, &params)
-            },
-            (TileKernel::Wide, _) => {
+            TileKernel::Wide => {
+                // A persistent grid, one CTA an SM (fewer CTAs for fewer items), as the
+                // kernel's header describes.
                 let shape = LaunchShape {
-                    grid: (rows, 1, 1),
+                    grid: (rows.min(self.sm_count()), 1, 1),
                     block: (THREADS, 1, 1),
                     smem_bytes: sparse_mla_smem_bytes(D_QK),
                 };
@@ -344,38 +352,33 @@ mod tiling_tests {
     #[test]
     fn real_heads_run_in_the_narrowest_tiles_that_hold_them() {
         use HeadTiling::{Fastest, Tiles64};
-        use TileKernel::{Narrow, Wide};
-        // (tiling, real heads, topk) -> (kernel, tile width, tiles per row)
+        use TileKernel::{Narrow8, Narrow16, Narrow32, Wide};
+        // (tiling, real heads) -> (kernel, tiles per row)
         let cases = [
-            (Fastest, 1, 2048, (Narrow, 8, 1)),
-            (Fastest, 5, 512, (Narrow, 8, 1)),
-            (Fastest, 8, 2048, (Narrow, 8, 1)),
-            (Fastest, 12, 2048, (Narrow, 16, 1)),
-            (Fastest, 16, 2048, (Narrow, 16, 1)),
-            (Fastest, 20, 2048, (Narrow, 32, 1)),
-            (Fastest, 32, 4096, (Narrow, 32, 1)),
-            (Fastest, 33, 384, (Narrow, 64, 1)),
-            (Fastest, 33, 512, (Wide, 64, 1)),
-            (Fastest, 40, 896, (Wide, 64, 1)),
-            (Fastest, 64, 256, (Narrow, 64, 1)),
-            (Fastest, 64, 512, (Wide, 64, 1)),
-            (Fastest, 64, 2048, (Wide, 64, 1)),
-            (Fastest, 80, 128, (Narrow, 64, 2)),
-            (Fastest, 100, 1024, (Wide, 64, 2)),
-            (Fastest, 128, 384, (Narrow, 64, 2)),
-            (Fastest, 128, 512, (Wide, 64, 2)),
-            (Fastest, 128, 2048, (Wide, 64, 2)),
-            (Tiles64, 5, 128, (Wide, 64, 1)),
-            (Tiles64, 16, 2048, (Wide, 64, 1)),
-            (Tiles64, 64, 512, (Wide, 64, 1)),
-            (Tiles64, 80, 512, (Wide, 64, 2)),
-            (Tiles64, 128, 2048, (Wide, 64, 2)),
+            (Fastest, 1, (Narrow8, 1)),
+            (Fastest, 5, (Narrow8, 1)),
+            (Fastest, 8, (Narrow8, 1)),
+            (Fastest, 12, (Narrow16, 1)),
+            (Fastest, 16, (Narrow16, 1)),
+            (Fastest, 20, (Narrow32, 1)),
+            (Fastest, 32, (Narrow32, 1)),
+            (Fastest, 33, (Wide, 1)),
+            (Fastest, 40, (Wide, 1)),
+            (Fastest, 64, (Wide, 1)),
+            (Fastest, 80, (Wide, 2)),
+            (Fastest, 100, (Wide, 2)),
+            (Fastest, 128, (Wide, 2)),
+            (Tiles64, 5, (Wide, 1)),
+            (Tiles64, 16, (Wide, 1)),
+            (Tiles64, 64, (Wide, 1)),
+            (Tiles64, 80, (Wide, 2)),
+            (Tiles64, 128, (Wide, 2)),
         ];
-        for (tiling, heads, topk, plan) in cases {
+        for (tiling, heads, plan) in cases {
             assert_eq!(
-                head_tile_plan(tiling, heads, topk),
+                head_tile_plan(tiling, heads),
                 plan,
-                "{tiling:?}, {heads} heads, topk {topk}"
+                "{tiling:?}, {heads} heads"
             );
         }
         // The boundary's row bound keeps every plan's work items within 2^30 (the kernels step
@@ -383,17 +386,16 @@ mod tiling_tests {
         assert_eq!(max_query_rows(128), 1 << 29);
         for heads in 1..=1024 {
             for tiling in [Fastest, Tiles64] {
-                let (_, _, tiles) = head_tile_plan(tiling, heads, 2048);
+                let (_, tiles) = head_tile_plan(tiling, heads);
                 assert!(tiles * max_query_rows(heads) <= 1 << 30, "{heads} heads");
             }
         }
         // Every tile plan covers the heads, and its last tile holds at least one real head.
         for heads in 1..=1024 {
-            for topk in [128, 384, 512, 896, 1024, 2048] {
-                for tiling in [Fastest, Tiles64] {
-                    let (_, tile, tiles) = head_tile_plan(tiling, heads, topk);
-                    assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
-                }
+            for tiling in [Fastest, Tiles64] {
+                let (kernel, tiles) = head_tile_plan(tiling, heads);
+                let tile = kernel.tile();
+                assert!(tile * tiles >= heads && tile * (tiles - 1) < heads);
             }
         }
     }

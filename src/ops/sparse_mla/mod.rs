@@ -6,8 +6,8 @@
 //! `H_Q` (a head tile: 8, 16 or 32 heads for the narrow kernel, or a multiple of 64), the top-k
 //! width, the options (plain, with per-row top-k lengths, with lengths and an attention sink)
 //! and the real head count `HEADS` the library pads to `H_Q`. [`HeadTiling`] says which CUDA
-//! kernel runs the heads: by default the narrow kernel (the narrowest of its tiles that holds
-//! the real heads, its 64-head tiles above 32), or the 64-head kernel for any `H_Q`.
+//! kernel runs the heads: by default the narrow kernel up to 32 real heads (the narrowest of
+//! its tiles that holds them) and the 64-head kernel above, or the 64-head kernel for any `H_Q`.
 
 mod cpu;
 mod cuda;
@@ -131,13 +131,12 @@ impl<const HEADS: usize> RowShape for OutRow<HEADS> {
 /// that wants one kernel's numbers everywhere can name it. The CPU reference ignores it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum HeadTiling {
-    /// The fastest kernel measured on the H200 for the real heads and the top-k: up to 32 heads
-    /// run one narrow tile (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that
-    /// holds them (also when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a
-    /// 16-head tile). More run in `HEADS.div_ceil(64)` tiles of 64 heads: from `TOPK` 512 on in
-    /// the 64-head kernel (`kernels/sparse_mla_prefill.cu`, 1.06-1.21× faster there), below it in
-    /// the narrow kernel's 64-head tiles, whose persistent grid overlaps one row's start and end
-    /// with other rows (1.01-1.04× faster at `TOPK` 256; both in `bench/RESULTS.md`).
+    /// The fastest kernel measured on the H200 for the real heads: up to 32 heads run one narrow
+    /// tile (`kernels/sparse_mla_narrow.cu`), the narrowest of 8, 16 and 32 that holds them
+    /// (also when `H_Q` pads them further: 16 real heads of `H_Q = 64` run as a 16-head tile).
+    /// More run in `HEADS.div_ceil(64)` tiles of the 64-head kernel
+    /// (`kernels/sparse_mla_prefill.cu`), at every `TOPK`: 1.20-1.29× faster than the narrow
+    /// kernel's 64-head tiles from `TOPK` 128 to 2048 (`bench/RESULTS.md`).
     #[default]
     Fastest,
     /// Tiles of 64 heads in the 64-head kernel (`kernels/sparse_mla_prefill.cu`),

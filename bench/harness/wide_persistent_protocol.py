@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Model check of the barrier protocol of the persistent 64-head candidate,
-bench/harness/candidates/sparse_mla_wide_persistent.cu (the committed kernel's protocol is
-bench/harness/wide_vt_protocol.py, whose actors and checks this reuses).
+"""Model check of the barrier protocol of the 64-head kernel, kernels/sparse_mla_prefill.cu, on
+its persistent grid: many work items a CTA (one item a CTA is bench/harness/wide_vt_protocol.py,
+whose actors and checks this reuses).
 
 What the persistent grid adds: a CTA runs several items (query row, head tile) one after the
 other; K and V^T slots and their phases count blocks across them; the producer loads an item's Q
@@ -18,10 +18,10 @@ import sys
 
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wide_vt_protocol import Barrier, ProtocolError, Slot, schedule, until  # noqa: E402
 
-K_SLOTS, VT_SLOTS = 2, 3  # the candidate's kKSlots, kVtSlots
+K_SLOTS, VT_SLOTS = 2, 3  # the kernel's kKSlots, kVtSlots
 
 
 def run(item_blocks, rng, broken=None):
