@@ -17,9 +17,11 @@
 // Persistence. K and V^T slots and their barrier phases count blocks across a CTA's items, so
 // the producer gathers the next item's first blocks while the consumers finish the item
 // before. An item's Q tile is loaded once the consumers' last S of the item before is done
-// (q_empty); the epilogue stages O in the V^T slots of the item's last pair (its P.V is done)
-// and returns those slots to the producer once the bulk stores have read them. An item without
-// a valid block writes its zeros with plain stores.
+// (q_empty); the epilogue stages O in the V^T slots of the item's last pair (its P.V is done),
+// and the threads that sent its head rows return those slots to the producer in the next item,
+// behind its first S, once their bulk copies have read them (waiting in the epilogue measured
+// 0.2-0.7% slower at topk 2048, 0.9-1.5% at 512). An item without a valid block writes its
+// zeros with plain stores.
 //
 // Structure. Warpgroups 0 and 1 are the consumers; warpgroup 2 is the producer (setmaxnreg 56,
 // the consumers 224), one loop for its four warps: step s issues the 16-byte cp.async gathers of
@@ -63,8 +65,8 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1404 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 780 | 767 | 782
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 573 | 574 (one CTA per item, the run before: 768 |
+// 1415 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 784 | 785 | 774
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 573 | 579 (one CTA per item, an earlier run: 768 |
 // 759 | 721 and 524 | 517). The persistent grid first ran 8% slower at topk 2048: the
 // producer's per-block loop carried the item state, and ptxas, at 56 registers, recomputed the
 // build's addresses and split its four ldmatrix in two pairs (Nsight Compute: the consumers'
@@ -163,9 +165,13 @@ __device__ __forceinline__ void bulk_store(void* dst, u32 src, u32 bytes) {
                  "r"(bytes)
                  : "memory");
 }
-// This thread's bulk copies are committed, and have read their shared-memory sources on return.
-__device__ __forceinline__ void bulk_store_drain() {
-    asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;" ::: "memory");
+// This thread's bulk copies so far form one bulk group.
+__device__ __forceinline__ void bulk_store_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// This thread's committed bulk copies have read their shared-memory sources on return.
+__device__ __forceinline__ void bulk_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
 // One 4-byte shared-memory store (kept in program order with the asm around it).
@@ -489,6 +495,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     float s_cur[32], s_next[32];
     u64 s_mask = 0;  // validity of the tokens of the block in s_cur (bit = S column)
     int gbase = 0;   // the CTA's blocks before the current item (block ids below are the CTA's)
+    // This thread sent a head row of the item before (the last with a valid block) from the
+    // staging in the V^T slots of that item's last pair, blocks gbase - 2 and gbase - 1, and
+    // has not yet returned those slots.
+    bool staging_out = false;
 
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
@@ -644,6 +654,14 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         l_run[1] += lsum[1];
         return __any_sync(0xffffffffu, rescale);
     };
+    // Waits until this thread's bulk copy of the item before has read the staging, then returns
+    // its two V^T slots (blocks gbase - 2, gbase - 1) to the producer.
+    auto return_staging = [&]() {
+        bulk_store_wait_read();
+        mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase - 2)) * 8);
+        mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase - 1)) * 8);
+        staging_out = false;
+    };
     auto rescale_o = [&]() {
         fence_regs(o);  // P.V of the pair before is complete (waited for in s_begin)
 #pragma unroll
@@ -694,11 +712,13 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         const u32 q_done = bars + kBarQEmpty * 8;  // arrived on after the item's last S
         if (num_pairs > 0) {
             s_begin(gbase + wg, false);
+            if (staging_out) return_staging();  // behind the item's first S
             wgmma_wait<0>();
             s_finish(gbase + wg);
             if (num_pairs == 1) mbar_arrive(q_done);
             softmax(0);  // O is still zero: no rescale
         } else {
+            if (staging_out) return_staging();
             mbar_arrive(q_done);
         }
         for (int t = 0; t < num_pairs; ++t) {
@@ -798,16 +818,21 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             // Head row hl (thread hl of the consumers) goes out as one bulk copy; heads past h_q
             // are not written.
             const int hl = threadIdx.x;
-            if (hl < kHeadsPerTile && tile * kHeadsPerTile + hl < p.h_q) {
+            staging_out = hl < kHeadsPerTile && tile * kHeadsPerTile + hl < p.h_q;
+            if (staging_out) {
                 bf16_t* out = p.out + ((i64)row_i * p.h_q + tile * kHeadsPerTile + hl) * kDV;
                 bulk_store(out, stage_row(hl), 2 * kDV);
-                bulk_store_drain();
+                bulk_store_commit();
+            } else {
+                // Both V^T slots go back to the producer: vt_empty counts every consumer thread;
+                // a thread that sent a row arrives in the next item, behind its first S, once
+                // its copy has read the staging (return_staging).
+                mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 2)) * 8);
+                mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 1)) * 8);
             }
-            // Both V^T slots go back to the producer: vt_empty counts every consumer thread, and
-            // a thread that sent a row arrives only once its copy has read the staging.
-            mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 2)) * 8);
-            mbar_arrive(bars + (kBarVtEmpty + vt_slot(gbase + 2 * num_pairs - 1)) * 8);
         }
         gbase += 2 * num_pairs;
     }
+    // The last item's copies must have read the staging before the CTA's shared memory goes.
+    if (staging_out) bulk_store_wait_read();
 }

@@ -8,7 +8,8 @@ other; K and V^T slots and their phases count blocks across them; the producer l
 tile after its first step, once the consumers' last S of the item before is done (q_empty), and
 arrives on q_full once an item (also for an item without a valid block, whose Q it does not
 load); the consumers stage O in the V^T slots of the item's last pair and return those slots
-(vt_empty) once the bulk stores have read them. A schedule fails on a deadlock, a phase error,
+(vt_empty): the threads that sent its rows in the next item, behind its first S (or at the start
+of an item without a valid block), once their bulk copies have read them. A schedule fails on a deadlock, a phase error,
 or a slot (K, V^T, P, Q, the staging) written while it is read or read holding another block.
 Run it with no arguments; it exits non-zero when the protocol fails, or when a deliberately
 broken variant passes.
@@ -83,6 +84,16 @@ def run(item_blocks, rng, broken=None):
             q_empty.arrive(j)
 
         gb = 0
+        staging_out = []  # the blocks whose V^T slots this warpgroup's copies still hold
+
+        def return_staging():
+            # The storing threads wait for their copies' reads, then return the two slots.
+            for blk in staging_out:
+                if broken != "staging returned before the bulk stores' reads":
+                    vt_slot[blk % VT_SLOTS].release("bulk")
+                vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+            staging_out.clear()
+
         for j, nb in enumerate(item_blocks):
             pairs = nb // 2
             yield until(q_full, j + 1)
@@ -92,6 +103,8 @@ def run(item_blocks, rng, broken=None):
                 s = b % K_SLOTS
                 yield until(k_full[s], b // K_SLOTS + 1)
                 k_slot[s].read(me, b)
+                if release_pair is None:  # an item's first S: behind it, the staging goes back
+                    return_staging()
                 if release_pair is not None:  # P.V of the pair before is done
                     for c in range(2):
                         blk = gb + 2 * release_pair + c
@@ -113,6 +126,7 @@ def run(item_blocks, rng, broken=None):
                     release_q(j)
                 yield from softmax(0)
             else:
+                return_staging()
                 release_q(j)
             for t in range(pairs):
                 for kb in range(2):
@@ -137,20 +151,14 @@ def run(item_blocks, rng, broken=None):
                     vt_slot[blk % VT_SLOTS].write(("staging", j))
                 yield from meet(("staged", j))
                 # Warpgroup 0's first 64 threads send every head row (bulk copies) and return
-                # the slots once their own copies have read them; every other thread returns
-                # them at once (vt_empty counts all 256).
-                storing = wg == 0 and broken != "staging returned before the bulk stores' reads"
+                # the slots in the next item, behind its first S, once their own copies have
+                # read them (return_staging); every other thread returns them at once
+                # (vt_empty counts all 256).
                 if wg == 0:
                     for blk in last:
                         vt_slot[blk % VT_SLOTS].read("bulk", ("staging", j))
-                if not storing:
-                    for blk in last:
-                        vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
-                if wg == 0:
-                    yield None  # the copies read the staging
-                    for blk in last:
-                        vt_slot[blk % VT_SLOTS].release("bulk")
-                if storing:
+                    staging_out.extend(last)
+                else:
                     for blk in last:
                         vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
             else:
