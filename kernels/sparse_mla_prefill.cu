@@ -401,9 +401,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         gather.s_kv = p.s_kv;
         gather.pw = pw;
         gather.lane = lane;
-        int num_blocks = 0;
-        // The gathers of the CTA's block gb (block st of the current item) wait for K slot
-        // gb % kKSlots to be released by S and by the V^T build of block gb - kKSlots.
+        // The gathers of the CTA's block gb wait for K slot gb % kKSlots to be released by S and
+        // by the V^T build of block gb - kKSlots.
         auto gather_step = [&](int gb, int (&idx)[2], int (&nxt)[2]) {
             // The next block's indices load while this step waits for its K slot.
             gather.load_next(nxt);
@@ -442,7 +441,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             const int item = blockIdx.x + j * gridDim.x;
             if (item >= items) break;
             const int valid_len = item_len(item);
-            num_blocks = blocks_of(valid_len);
+            const int num_blocks = blocks_of(valid_len);
             gather.idx_row = p.indices + (i64)(item / p.head_tiles) * p.topk;
             gather.valid_len = valid_len;
             // The CTA's next item: its Q tile and index row go to L2 now.
@@ -692,11 +691,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         }
     };
 
-    int tile = 0, row_i = 0, num_pairs = 0;  // the current item's
     for (int item = blockIdx.x, item_no = 0; item < items; item += gridDim.x, ++item_no) {
-        tile = item % p.head_tiles;
-        row_i = item / p.head_tiles;
-        num_pairs = blocks_of(item_len(item)) / 2;
+        const int tile = item % p.head_tiles;
+        const int row_i = item / p.head_tiles;
+        const int num_pairs = blocks_of(item_len(item)) / 2;
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] = 0.f;
 #pragma unroll

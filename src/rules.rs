@@ -95,8 +95,8 @@ impl MlaHeadDim for Dim<576> {}
 
 /// A query-head count the sparse MLA prefill runs as whole head tiles: one narrow tile of 8, 16
 /// or 32 heads (`kernels/sparse_mla_narrow.cu`), or a multiple of 64, which the CUDA backend runs
-/// in 64-head tiles of `kernels/sparse_mla_prefill.cu` (`HeadTiling`); either way only tiles
-/// holding a real head are launched.
+/// in 64-head tiles of `kernels/sparse_mla_prefill.cu` (`HeadTiling`); only tiles holding a real
+/// head are launched.
 #[diagnostic::on_unimplemented(
     message = "query-head count `{Self}` is not a sparse MLA head tile",
     label = "the sparse MLA prefill runs head tiles of 8, 16 or 32 heads, or multiples of 64: H_Q must be 8, 16, 32, 64, 128, … (up to 1024)",

@@ -14,13 +14,12 @@ or a slot (K, V^T, P, Q, the staging) written while it is read or read holding a
 Run it with no arguments; it exits non-zero when the protocol fails, or when a deliberately
 broken variant passes.
 """
-import random
 import sys
 
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wide_vt_protocol import Barrier, ProtocolError, Slot, schedule, until  # noqa: E402
+from wide_vt_protocol import Barrier, Slot, check, schedule, until  # noqa: E402
 
 K_SLOTS, VT_SLOTS = 2, 3  # the kernel's kKSlots, kVtSlots
 
@@ -171,29 +170,10 @@ def run(item_blocks, rng, broken=None):
 SCHEDULES = [[2], [8], [4, 4, 4], [2, 2, 2, 2], [0, 4, 0, 0, 6], [16, 2, 8], [6, 0, 2, 10, 4]]
 
 
-def failures(rounds, broken=None):
-    rng = random.Random(2026)
-    bad, first = 0, None
-    for _ in range(rounds):
-        for items in SCHEDULES:
-            try:
-                run(items, rng, broken)
-            except ProtocolError as e:
-                bad += 1
-                first = first or f"items {items}: {e}"
-    return bad, first
-
-
 def main():
-    bad, first = failures(300)
-    verdict = "ok" if bad == 0 else f"{bad} failing schedules, e.g. {first}"
-    print(f"persistent, {K_SLOTS} K / {VT_SLOTS} V^T slots: {verdict}")
-    ok = bad == 0
-    for broken in ("Q without q_empty", "staging returned before the bulk stores' reads"):
-        bad, first = failures(300, broken)
-        print(f"broken on purpose ({broken}): {'caught: ' + first if bad else 'NOT caught'}")
-        ok &= bad > 0
-    return 0 if ok else 1
+    # cases: blocks of each of the CTA's items
+    return check(f"persistent, {K_SLOTS} K / {VT_SLOTS} V^T slots", run, SCHEDULES, 300,
+                 ("Q without q_empty", "staging returned before the bulk stores' reads"))
 
 
 if __name__ == "__main__":

@@ -175,30 +175,37 @@ def run(num_blocks, rng, broken=None):
     schedule([producer(), consumer(0), consumer(1)], rng)
 
 
-def failures(schedules, broken=None):
-    """How many of `schedules` random schedules per block count fail, and the first error."""
-    rng = random.Random(2026)
-    bad, first = 0, None
-    for _ in range(schedules):
-        for num_blocks in (0, 2, 4, 6, 8, 16):
-            try:
-                run(num_blocks, rng, broken)
-            except ProtocolError as e:
-                bad += 1
-                first = first or f"{num_blocks} blocks: {e}"
-    return bad, first
+def check(name, run_one, cases, rounds, broken_variants):
+    """Runs `run_one(case, rng, broken)` under `rounds` random schedules per case, then each
+    deliberately broken variant, which must fail, or the check proves nothing. Prints a verdict
+    line for each and returns the exit status (0: the protocol holds and every variant fails)."""
 
+    def failures(broken):
+        rng = random.Random(2026)
+        bad, first = 0, None
+        for _ in range(rounds):
+            for case in cases:
+                try:
+                    run_one(case, rng, broken)
+                except ProtocolError as e:
+                    bad += 1
+                    first = first or f"case {case}: {e}"
+        return bad, first
 
-def main():
-    bad, first = failures(400)
-    print(f"{K_SLOTS} K / {VT_SLOTS} V^T slots: {'ok' if bad == 0 else f'{bad} failing schedules, e.g. {first}'}")
+    bad, first = failures(None)
+    print(f"{name}: {'ok' if bad == 0 else f'{bad} failing schedules, e.g. {first}'}")
     ok = bad == 0
-    # Known-broken variants must fail, or the check above proves nothing.
-    for broken in ("gathers without k_empty", "build without vt_empty", "one P tile"):
-        bad, first = failures(400, broken)
+    for broken in broken_variants:
+        bad, first = failures(broken)
         print(f"broken on purpose ({broken}): {'caught: ' + first if bad else 'NOT caught'}")
         ok &= bad > 0
     return 0 if ok else 1
+
+
+def main():
+    # cases: blocks of the CTA's one item
+    return check(f"{K_SLOTS} K / {VT_SLOTS} V^T slots", run, (0, 2, 4, 6, 8, 16), 400,
+                 ("gathers without k_empty", "build without vt_empty", "one P tile"))
 
 
 if __name__ == "__main__":
