@@ -170,6 +170,30 @@ case!(
     1.0,
     0.1
 );
+// A negative and a zero softmax scale: the 64-head kernel takes the row maxima of a positive
+// scale over the unscaled scores, and must scale first for these.
+case!(
+    d576_h64_topk512_negative_scale,
+    576,
+    64,
+    64,
+    512,
+    16,
+    1024,
+    1.0,
+    -0.05
+);
+case!(
+    d576_h128_topk256_zero_scale,
+    576,
+    128,
+    128,
+    256,
+    16,
+    1024,
+    1.0,
+    0.0
+);
 // d_qk 512 (GLM-5.3-Flash, DeepSeek V4): 64 heads, top-k 512 and 128.
 case!(
     d512_h64_topk512_skv32k,

@@ -420,6 +420,10 @@ static void check_all(const Variant& v) {
     for (int d : {576, 512})
         for (int o = 0; o < 3; ++o)
             check_case(v, d, 128, 2048, 48, 32768, 0.05f, d == 576 ? 0.1352f : 0.0625f, o, 1.f, 1.f);
+    // A negative and a zero softmax scale: the 64-head kernel takes a positive scale's row
+    // maxima over the unscaled scores, and must not for these.
+    for (float sm : {-0.05f, 0.f})
+        for (int heads : {16, 64, 128}) check_case(v, 576, heads, 512, 32, 1024, 1.0f, sm, 2, 1.f, 1.f);
     // More rows than the persistent grid: every CTA runs many rows.
     for (int heads : {8, 16})
         check_case(v, 576, heads, 128, 2400, 2048, 1.0f, 0.05f, 2, 1.f, 1.f);

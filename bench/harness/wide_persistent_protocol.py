@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wide_vt_protocol import Barrier, Slot, check, schedule, until  # noqa: E402
+from wide_vt_protocol import Barrier, Slot, check, schedule, softmax, until  # noqa: E402
 
 K_SLOTS, VT_SLOTS = 2, 3  # the kernel's kKSlots, kVtSlots
 
@@ -35,7 +35,7 @@ def run(item_blocks, rng, broken=None):
     vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
     p_tile = [Slot(f"P tile {v}") for v in range(2)]
     q_tile = Slot("Q tile")
-    meets = {}
+    meets, exchanges = {}, {}
 
     def producer():
         gb, pending = 0, None
@@ -114,16 +114,17 @@ def run(item_blocks, rng, broken=None):
                 k_slot[s].release(me)
                 k_empty[s].arrive(b // K_SLOTS)
 
-            def softmax(t):
-                p_tile[t % 2].write((j, t))
-                yield None
-                yield from meet(("vote", j, t))
+            def pair_softmax(t):
+                # whether pair t's vote moves the reference max: one draw, the same for both
+                exchange = exchanges.setdefault((j, t), t == 0 or rng.random() < 0.3)
+                yield from softmax(p_tile[t % 2], (j, t), t == 0, exchange,
+                                   lambda name: meet((name, j, t)), broken)
 
             if pairs > 0:
                 yield from s_block(gb + wg, None)
                 if pairs == 1:
                     release_q(j)
-                yield from softmax(0)
+                yield from pair_softmax(0)
             else:
                 return_staging()
                 release_q(j)
@@ -137,7 +138,7 @@ def run(item_blocks, rng, broken=None):
                     yield from s_block(gb + 2 * (t + 1) + wg, t)
                     if t + 2 == pairs:
                         release_q(j)
-                    yield from softmax(t + 1)
+                    yield from pair_softmax(t + 1)
             # Epilogue: the last P.V is done (waited for), then the statistics exchange.
             last = [gb + nb - 2, gb + nb - 1] if pairs > 0 else []
             for blk in last:
@@ -173,7 +174,8 @@ SCHEDULES = [[2], [8], [4, 4, 4], [2, 2, 2, 2], [0, 4, 0, 0, 6], [16, 2, 8], [6,
 def main():
     # cases: blocks of each of the CTA's items
     return check(f"persistent, {K_SLOTS} K / {VT_SLOTS} V^T slots", run, SCHEDULES, 300,
-                 ("Q without q_empty", "staging returned before the bulk stores' reads"))
+                 ("Q without q_empty", "staging returned before the bulk stores' reads",
+                  "P rewritten without a barrier"))
 
 
 if __name__ == "__main__":

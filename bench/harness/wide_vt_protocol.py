@@ -5,9 +5,11 @@ are bench/harness/wide_persistent_protocol.py, which reuses these actors and che
 
 Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full / k_empty
 per K slot, vt_full / vt_empty per V^T slot) and, between the consumers, in the softmax's vote
-once a pair. The two P tiles (by pair parity) have no barrier of their own: both warpgroups
-write their half of pair t's tile before the vote of pair t, read all of it in P.V of pair t,
-and the vote of pair t + 1 keeps the rewrite by pair t + 2 behind both warpgroups' P.V. This script models each of them as the sequence of arrivals and waits the kernel
+once a pair (and, when the vote moves the reference max, in two barriers of the exchange). The
+two P tiles (by pair parity) have no barrier of their own: both warpgroups write their half of
+pair t's tile before the vote of pair t (or, rewritten, before the exchange's last barrier),
+read all of it in P.V of pair t, and the vote of pair t + 1 keeps the rewrite by pair t + 2
+behind both warpgroups' P.V. This script models each of them as the sequence of arrivals and waits the kernel
 issues, in its order, runs the model under many random schedules, and tracks which block each
 slot holds and who is reading it. A schedule fails on:
 - a deadlock (no actor can move);
@@ -98,6 +100,26 @@ def schedule(actors, rng):
             alive[i] = False
 
 
+def softmax(tile, value, first, exchange, meet, broken=None):
+    """One warpgroup's softmax of a pair, in the kernel's order. After an item's first pair: the
+    weights against the current reference max into this warpgroup's half of the pair's P tile,
+    then the vote. When the vote moves the reference max, and always on an item's first pair
+    (which has no vote): the row maxima exchanged (a barrier), the half rewritten, and a barrier
+    that keeps both rewrites ahead of either warpgroup's P.V, which reads the whole tile.
+    `meet(name)` is a barrier of both consumer warpgroups for this pair; `exchange` must be
+    the same in both."""
+    if not first:
+        tile.write(value)
+        yield None
+        yield from meet("vote")
+    if exchange:
+        yield from meet("maxima")
+        tile.write(value)
+        yield None
+        if broken != "P rewritten without a barrier":
+            yield from meet("rewritten")
+
+
 def run(num_blocks, rng, broken=None):
     """One random schedule; `broken` names a known-broken variant."""
     p_tiles = 1 if broken == "one P tile" else 2
@@ -108,7 +130,7 @@ def run(num_blocks, rng, broken=None):
     k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]
     vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
     p_tile = [Slot(f"P tile {v}") for v in range(p_tiles)]
-    votes = {}
+    meets, exchanges = {}, {}
 
     def producer():
         # step st: the gathers of block st, then the V^T build of block st - 1
@@ -149,19 +171,20 @@ def run(num_blocks, rng, broken=None):
             k_slot[s].release(me)
             k_empty[s].arrive(b // K_SLOTS)
 
-        def vote(t):
-            votes[t] = votes.get(t, 0) + 1
-            yield lambda: votes[t] >= 2
+        def pair_softmax(t):
+            def meet(name):  # a barrier of both consumer warpgroups
+                key = (t, name)
+                meets[key] = meets.get(key, 0) + 1
+                yield lambda: meets[key] >= 2
 
-        def softmax(t):  # this warpgroup's half of pair t's P tile, then the vote
-            p_tile[t % p_tiles].write(t)
-            yield None
-            yield from vote(t)
+            # whether pair t's vote moves the reference max: one draw, the same for both
+            exchange = exchanges.setdefault(t, t == 0 or rng.random() < 0.3)
+            yield from softmax(p_tile[t % p_tiles], t, t == 0, exchange, meet, broken)
 
         pairs = num_blocks // 2
         if pairs > 0:
             yield from s_block(wg, None)
-            yield from softmax(0)
+            yield from pair_softmax(0)
         for t in range(pairs):
             for kb in range(2):
                 blk = 2 * t + kb
@@ -170,7 +193,7 @@ def run(num_blocks, rng, broken=None):
             p_tile[t % p_tiles].read((me, t), t)
             if t + 1 < pairs:
                 yield from s_block(2 * (t + 1) + wg, t)
-                yield from softmax(t + 1)
+                yield from pair_softmax(t + 1)
 
     schedule([producer(), consumer(0), consumer(1)], rng)
 
@@ -205,7 +228,8 @@ def check(name, run_one, cases, rounds, broken_variants):
 def main():
     # cases: blocks of the CTA's one item
     return check(f"{K_SLOTS} K / {VT_SLOTS} V^T slots", run, (0, 2, 4, 6, 8, 16), 400,
-                 ("gathers without k_empty", "build without vt_empty", "one P tile"))
+                 ("gathers without k_empty", "build without vt_empty", "one P tile",
+                  "P rewritten without a barrier"))
 
 
 if __name__ == "__main__":
