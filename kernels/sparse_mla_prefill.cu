@@ -74,15 +74,15 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1415 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 784 | 785 | 774
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 573 | 579 (one CTA per item, an earlier run: 768 |
-// 759 | 721 and 524 | 517). The persistent grid first ran 8% slower at topk 2048: the
+// 1401 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 866 | 845 | 840
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 616 | 621 (with the softmax of every pair as long as
+// an exchange's: 784 | 785 | 774 and 573 | 579; one CTA per item, an earlier run: 768 | 759 |
+// 721 and 524 | 517). The persistent grid first ran 8% slower at topk 2048: the
 // producer's per-block loop carried the item state, and ptxas, at 56 registers, recomputed the
 // build's addresses and split its four ldmatrix in two pairs (Nsight Compute: the consumers'
-// V^T-full waits 8x, K-full 2x; 11% more producer instructions). Before the staged epilogue and
-// with V^T groups 512 bytes apart (667 TFLOP/s), it ran 782 without the V^T build and 670
-// without the gathers' reads (timing only, wrong results): the producer warpgroup, whose build
-// waits on its ldmatrix behind the gathers' shared-memory writes, is what bounds it
+// V^T-full waits 8x, K-full 2x; 11% more producer instructions). What bounds it now: the
+// consumers wait on barriers (the pair vote, their own S chunks) and on K-full; the producer's
+// V^T build waits on its ldmatrix behind the gathers' shared-memory writes
 // (bench/NOTES.md).
 
 namespace sparse_mla {
