@@ -8,7 +8,7 @@
 // 1-D, items = head_tiles * s_q (item w: head tile w % head_tiles, heads 64 tile … 64 tile + 63,
 // of query row w / head_tiles; CTA b takes items b, b + gridDim.x, …; any grid size is
 // correct, and no CTA waits for another), 384 threads, one CTA per SM, dynamic shared memory
-// 192 * D_QK + 119408 bytes (230000 at d_qk 576, 217712 at 512; no static shared memory). topk
+// 192 * D_QK + 119424 bytes (230016 at d_qk 576, 217728 at 512; no static shared memory). topk
 // must be a multiple of 128 (the library's rule): both sides count a CTA's blocks in whole
 // pairs. SPARSE_MLA_WIDE_PERSISTENT tells the kernel harness (bench/harness) to launch a
 // kernel file so.
@@ -35,8 +35,10 @@
 // Per pair t a consumer issues P.V of pair t (one commit group per block), then S of its block
 // of pair t + 1, releasing each V^T slot as soon as its P.V group is done, then the softmax of
 // pair t + 1.
-// Buffers: K slots [2] (released after S and after the V^T build), V^T slots [3] (released after
-// P.V of both warpgroups), P [2] (by pair parity): everything the shared memory holds at 576.
+// Buffers: K slots [2] (released after S and after the V^T build, in two parts: columns 0-383
+// once S's first four chunks have read them, so the gathers of the block after next start on
+// them while S reads the rest: +0.7-1.5%), V^T slots [3] (released after P.V of both
+// warpgroups), P [2] (by pair parity): everything the shared memory holds at 576.
 // Layouts (wgmma K-major operands):
 // * K slots in the 64-byte swizzle: columns of 64 channels, 4 KB each (64 tokens x 64 bytes,
 //   atoms of 8 tokens 512 bytes apart), 16-byte chunk index XOR bits 1-2 of the token. A
@@ -74,15 +76,15 @@
 // masked out of the softmax); heads past h_q load zeros and store nothing.
 //
 // Measured (H200, CUDA 13.0, library benchmark, FLOPs 2*s_q*h_q*topk*(d_qk+512), FP8 matmul
-// 1401 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 866 | 845 | 840
-// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 616 | 621 (with the softmax of every pair as long as
-// an exchange's: 784 | 785 | 774 and 573 | 579; one CTA per item, an earlier run: 768 | 759 |
-// 721 and 524 | 517). The persistent grid first ran 8% slower at topk 2048: the
-// producer's per-block loop carried the item state, and ptxas, at 56 registers, recomputed the
-// build's addresses and split its four ldmatrix in two pairs (Nsight Compute: the consumers'
-// V^T-full waits 8x, K-full 2x; 11% more producer instructions). What bounds it now: the
-// consumers wait on barriers (the pair vote, their own S chunks) and on K-full; the producer's
-// V^T build waits on its ldmatrix behind the gathers' shared-memory writes
+// 1416 TFLOP/s in the same run): (4096, 8k | 32k | 64k, 128, 576, 2048) 869 | 873 | 872
+// TFLOP/s; (4096, 8k | 32k, 64, 512, 512) 631 | 635 (with the softmax of every pair as long as
+// an exchange's and K slots returned whole: 784 | 785 | 774 and 573 | 579; one CTA per item,
+// an earlier run: 768 | 759 | 721 and 524 | 517). The persistent grid first ran 8% slower at
+// topk 2048: the producer's per-block loop carried the item state, and ptxas, at 56 registers,
+// recomputed the build's addresses and split its four ldmatrix in two pairs (Nsight Compute:
+// the consumers' V^T-full waits 8x, K-full 2x; 11% more producer instructions). What bounds it
+// now: the consumers wait on barriers (the pair vote, their own S chunks) and on K-full; the
+// producer's V^T build waits on its ldmatrix behind the gathers' shared-memory writes
 // (bench/NOTES.md).
 
 namespace sparse_mla {
@@ -97,6 +99,13 @@ constexpr int kDV = 512;               // value width
 constexpr int kKSlots = 2;
 constexpr int kVtSlots = 3;
 constexpr int kQkChunkSteps = 3;       // S promoted to f32 registers every 3 k-steps (96 channels)
+// A K slot goes back to the producer in two parts: its first kKLowCols 64-channel columns once
+// S has read them (after its first kKLowChunks chunks), the rest after the whole S. The gathers
+// of the block after next fill the low part while S still reads the high one, so less of a
+// block is left to land once its slot is free.
+constexpr int kKLowChunks = 4;
+constexpr int kKLowCols = kKLowChunks * kQkChunkSteps * 32 / 64;  // 6: channels 0-383
+static_assert(kKLowChunks * kQkChunkSteps * 32 % 64 == 0, "the low part is whole columns");
 // V^T core-matrix groups (8 value columns x 64 positions, 512 bytes) lie kVtGroupStride apart:
 // 528, so the rows of one stmatrix matrix (value columns 2r + parity, over two groups) fall in
 // eight different 16-byte bank groups.
@@ -139,8 +148,8 @@ struct Smem {
     static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
     static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
     static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
-    static constexpr int kBytes = kBars + (2 + 2 * kKSlots + 2 * kVtSlots) * 8;
-    static_assert(kBytes == 192 * D_QK + 119408, "launch-shape formula in the header comment");
+    static constexpr int kBytes = kBars + (2 + 3 * kKSlots + 2 * kVtSlots) * 8;
+    static_assert(kBytes == 192 * D_QK + 119424, "launch-shape formula in the header comment");
     static_assert(kK % 512 == 0 && kTileBytes % 512 == 0, "64-byte swizzle atoms are 512-aligned");
     static_assert(32 * kOutRowStride <= kVtBytes, "half of the O staging fits one V^T slot");
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
@@ -148,8 +157,9 @@ struct Smem {
 
 constexpr int kBarQFull = 0;
 constexpr int kBarKFull = 1;                        // [kKSlots]
-constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots]
-constexpr int kBarVtFull = kBarKEmpty + kKSlots;    // [kVtSlots]
+constexpr int kBarKEmpty = kBarKFull + kKSlots;     // [kKSlots] the high columns (all of S read)
+constexpr int kBarKLowEmpty = kBarKEmpty + kKSlots;  // [kKSlots] columns 0 … kKLowCols - 1
+constexpr int kBarVtFull = kBarKLowEmpty + kKSlots;  // [kVtSlots]
 constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
 constexpr int kBarQEmpty = kBarVtEmpty + kVtSlots;  // the consumers' last S of an item is done
 
@@ -255,12 +265,10 @@ struct Gather {
         }
         next_off += kTokensPerBlock;
     }
-    // Gathers of the CTA's block gb (its slot: gb % kKSlots) and its validity mask; completes on
-    // k_full of its slot.
-    __device__ __forceinline__ void issue_block(int gb, const int (&idx)[2]) const {
-        const int slot = gb % kKSlots;
-        const u32 dst_slot = k_base + slot * L::kTileBytes;
-        u32 bits = 0;
+    // Gathers of 64-channel columns Q0 … Q1 - 1 of the CTA's block gb (its slot: gb % kKSlots).
+    template <int Q0, int Q1>
+    __device__ __forceinline__ void issue_cols(int gb, const int (&idx)[2]) const {
+        const u32 dst_slot = k_base + (gb % kKSlots) * L::kTileBytes;
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
             const int token = 16 * pw + 8 * grp + (lane & 7);
@@ -269,9 +277,19 @@ struct Gather {
             const u32 n = valid ? 16u : 0u;  // an invalid row is zero-filled, nothing read
             const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
 #pragma unroll
-            for (int q = 0; q < L::kChunks / 4; ++q) {
+            for (int q = Q0; q < Q1; ++q) {
                 cp_async_16(dst + q * L::kColStride, src + q * 64, n);
             }
+        }
+    }
+    // The validity mask of block gb, and the arrivals on k_full of its slot (its gathers so far
+    // complete it).
+    __device__ __forceinline__ void finish_block(int gb, const int (&idx)[2]) const {
+        const int slot = gb % kKSlots;
+        u32 bits = 0;
+#pragma unroll
+        for (int grp = 0; grp < 2; ++grp) {
+            const bool valid = idx[grp] >= 0 && idx[grp] < s_kv;
             bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * grp);
         }
         if (lane == 0) mask16[slot * 4 + pw] = (u16)bits;
@@ -389,7 +407,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         mbar_init(bars + kBarQEmpty * 8, 256);
         for (int s = 0; s < kKSlots; ++s) {
             mbar_init(bars + (kBarKFull + s) * 8, 256);   // 128 cp.async-tracked + 128 plain
-            mbar_init(bars + (kBarKEmpty + s) * 8, 256);  // owner warpgroup + V^T build
+            mbar_init(bars + (kBarKEmpty + s) * 8, 256);     // owner warpgroup + V^T build
+            mbar_init(bars + (kBarKLowEmpty + s) * 8, 256);  // the same, for the low columns
         }
         for (int s = 0; s < kVtSlots; ++s) {
             mbar_init(bars + (kBarVtFull + s) * 8, 128);
@@ -411,15 +430,17 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         gather.pw = pw;
         gather.lane = lane;
         // The gathers of the CTA's block gb wait for K slot gb % kKSlots to be released by S and
-        // by the V^T build of block gb - kKSlots.
+        // by the V^T build of block gb - kKSlots: its low columns first, then the rest.
         auto gather_step = [&](int gb, int (&idx)[2], int (&nxt)[2]) {
             // The next block's indices load while this step waits for its K slot.
             gather.load_next(nxt);
             const int ks = gb % kKSlots;
-            if (gb >= kKSlots) {
-                mbar_wait(bars + (kBarKEmpty + ks) * 8, (u32)(gb / kKSlots - 1) & 1u);
-            }
-            gather.issue_block(gb, idx);
+            const u32 phase = (u32)(gb / kKSlots - 1) & 1u;
+            if (gb >= kKSlots) mbar_wait(bars + (kBarKLowEmpty + ks) * 8, phase);
+            gather.template issue_cols<0, kKLowCols>(gb, idx);
+            if (gb >= kKSlots) mbar_wait(bars + (kBarKEmpty + ks) * 8, phase);
+            gather.template issue_cols<kKLowCols, D_QK / 64>(gb, idx);
+            gather.finish_block(gb, idx);
 #pragma unroll
             for (int grp = 0; grp < 2; ++grp) idx[grp] = nxt[grp];
         };
@@ -434,6 +455,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             build_vt<D_QK>(sk + ks * L::kTileBytes, svt + vs * kVtBytes, pw, lane);
             fence_proxy_async();  // V^T is read by wgmma (async proxy)
             mbar_arrive(bars + (kBarVtFull + vs) * 8);
+            mbar_arrive(bars + (kBarKLowEmpty + ks) * 8);
             mbar_arrive(bars + (kBarKEmpty + ks) * 8);
         };
         // Per item: its first step (the gathers of its block 0, then the V^T build of the
@@ -511,6 +533,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     constexpr int kQkSteps = D_QK / 32;
     constexpr int kQkChunks = (kQkSteps + kQkChunkSteps - 1) / kQkChunkSteps;
     static_assert(kQkChunks >= 2, "s_begin releases the two V^T slots after chunks 0 and 1");
+    static_assert(kKLowChunks < kQkChunks && kKLowCols < D_QK / 64,
+                  "s_begin returns the low columns inside its chunk loop");
 
     auto issue_qk_chunk = [&](float (&acc)[32], u64 k_desc, int c) {
         fence_regs(acc);
@@ -552,6 +576,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
                 wgmma_wait<0>();
                 fence_regs(dst);
                 fence_regs(src);
+                // Chunks 0 … c - 1 have read their columns: the low ones go back.
+                if (c == kKLowChunks) mbar_arrive(bars + (kBarKLowEmpty + slot) * 8);
 #pragma unroll
                 for (int i = 0; i < 32; ++i) src[i] += dst[i];
             }

@@ -28,10 +28,12 @@ def run(item_blocks, rng, broken=None):
     """One random schedule of one CTA over items of `item_blocks` blocks (each even)."""
     k_full = [Barrier(2) for _ in range(K_SLOTS)]
     k_empty = [Barrier(2) for _ in range(K_SLOTS)]
+    k_low_empty = [Barrier(2) for _ in range(K_SLOTS)]
     vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
     vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]
     q_full, q_empty = Barrier(1), Barrier(2)
-    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]
+    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]  # its high columns
+    k_low = [Slot(f"K slot {s}, low columns") for s in range(K_SLOTS)]
     vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
     p_tile = [Slot(f"P tile {v}") for v in range(2)]
     q_tile = Slot("Q tile")
@@ -43,6 +45,9 @@ def run(item_blocks, rng, broken=None):
             for st in range(max(nb, 1)):
                 if st < nb:
                     b = gb + st
+                    if b >= K_SLOTS:
+                        yield until(k_low_empty[b % K_SLOTS], b // K_SLOTS)
+                    k_low[b % K_SLOTS].write(b)
                     if b >= K_SLOTS:
                         yield until(k_empty[b % K_SLOTS], b // K_SLOTS)
                     k_slot[b % K_SLOTS].write(b)
@@ -65,10 +70,13 @@ def run(item_blocks, rng, broken=None):
         yield until(k_full[s], b // K_SLOTS + 1)
         if b >= VT_SLOTS:
             yield until(vt_empty[v], b // VT_SLOTS)
+        k_low[s].read("build", b)
         k_slot[s].read("build", b)
         vt_slot[v].write(b)
+        k_low[s].release("build")
         k_slot[s].release("build")
         vt_full[v].arrive(b // VT_SLOTS)
+        k_low_empty[s].arrive(b // K_SLOTS)
         k_empty[s].arrive(b // K_SLOTS)
 
     def consumer(wg):
@@ -101,6 +109,7 @@ def run(item_blocks, rng, broken=None):
             def s_block(b, release_pair):
                 s = b % K_SLOTS
                 yield until(k_full[s], b // K_SLOTS + 1)
+                k_low[s].read(me, b)
                 k_slot[s].read(me, b)
                 if release_pair is None:  # an item's first S: behind it, the staging goes back
                     return_staging()
@@ -110,7 +119,10 @@ def run(item_blocks, rng, broken=None):
                         vt_slot[blk % VT_SLOTS].release((me, blk))
                         vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
                     p_tile[release_pair % 2].release((me, j, release_pair))
-                yield None  # S runs
+                yield None  # S's low chunks run
+                k_low[s].release(me)
+                k_low_empty[s].arrive(b // K_SLOTS)
+                yield None  # its high chunks run
                 k_slot[s].release(me)
                 k_empty[s].arrive(b // K_SLOTS)
 

@@ -3,8 +3,9 @@
 for a CTA that runs one work item (the persistent grid's many items a CTA, and what they add,
 are bench/harness/wide_persistent_protocol.py, which reuses these actors and checks).
 
-Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full / k_empty
-per K slot, vt_full / vt_empty per V^T slot) and, between the consumers, in the softmax's vote
+Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full, and
+k_low_empty / k_empty for a K slot's low columns and the rest, per K slot; vt_full / vt_empty per
+V^T slot) and, between the consumers, in the softmax's vote
 once a pair (and, when the vote moves the reference max, in two barriers of the exchange). The
 two P tiles (by pair parity) have no barrier of their own: both warpgroups write their half of
 pair t's tile before the vote of pair t (or, rewritten, before the exchange's last barrier),
@@ -22,7 +23,8 @@ belongs here too. Run it with no arguments. It exits non-zero when the protocol 
 a deliberately broken variant of it passes, which shows that the checks can fail.
 
 Model: a block's cp.async land as soon as they are issued; waits may be delayed arbitrarily. S
-reads its K slot from s_begin to s_finish; P.V of a pair reads its two V^T slots and its P tile
+reads its K slot's low columns from s_begin until its low chunks are done, the rest until
+s_finish; P.V of a pair reads its two V^T slots and its P tile
 from its issue until the next pair's S releases them (the last pair's reads end with the
 kernel); the softmax of a pair writes its P tile before the pair's vote.
 """
@@ -125,9 +127,11 @@ def run(num_blocks, rng, broken=None):
     p_tiles = 1 if broken == "one P tile" else 2
     k_full = [Barrier(2) for _ in range(K_SLOTS)]  # cp.async-tracked + plain arrivals
     k_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the owner's S, the V^T build
+    k_low_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the same, for the slot's low columns
     vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
     vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]  # P.V of both warpgroups
-    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]
+    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]  # its high columns
+    k_low = [Slot(f"K slot {s}, low columns") for s in range(K_SLOTS)]
     vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
     p_tile = [Slot(f"P tile {v}") for v in range(p_tiles)]
     meets, exchanges = {}, {}
@@ -137,6 +141,9 @@ def run(num_blocks, rng, broken=None):
         for st in range(num_blocks + 1):
             if st < num_blocks:
                 s, use = st % K_SLOTS, st // K_SLOTS
+                if st >= K_SLOTS:
+                    yield until(k_low_empty[s], use)
+                k_low[s].write(st)
                 if st >= K_SLOTS and broken != "gathers without k_empty":
                     yield until(k_empty[s], use)
                 k_slot[s].write(st)
@@ -148,10 +155,13 @@ def run(num_blocks, rng, broken=None):
                 yield until(k_full[s], b // K_SLOTS + 1)
                 if b >= VT_SLOTS and broken != "build without vt_empty":
                     yield until(vt_empty[v], b // VT_SLOTS)
+                k_low[s].read("build", b)
                 k_slot[s].read("build", b)
                 vt_slot[v].write(b)
+                k_low[s].release("build")
                 k_slot[s].release("build")
                 vt_full[v].arrive(b // VT_SLOTS)
+                k_low_empty[s].arrive(b // K_SLOTS)
                 k_empty[s].arrive(b // K_SLOTS)
 
     def consumer(wg):
@@ -160,14 +170,21 @@ def run(num_blocks, rng, broken=None):
         def s_block(b, release_pair):
             s = b % K_SLOTS
             yield until(k_full[s], b // K_SLOTS + 1)
+            k_low[s].read(me, b)
             k_slot[s].read(me, b)
+            if broken == "low columns returned before S read them":
+                k_low_empty[s].arrive(b // K_SLOTS)  # while S still reads them
             if release_pair is not None:  # P.V of the pair before is done, block by block
                 for c in range(2):
                     blk = 2 * release_pair + c
                     vt_slot[blk % VT_SLOTS].release((me, blk))
                     vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
                 p_tile[release_pair % p_tiles].release((me, release_pair))
-            yield None  # S runs
+            yield None  # S's low chunks run
+            k_low[s].release(me)
+            if broken != "low columns returned before S read them":
+                k_low_empty[s].arrive(b // K_SLOTS)
+            yield None  # its high chunks run
             k_slot[s].release(me)
             k_empty[s].arrive(b // K_SLOTS)
 
@@ -229,6 +246,7 @@ def main():
     # cases: blocks of the CTA's one item
     return check(f"{K_SLOTS} K / {VT_SLOTS} V^T slots", run, (0, 2, 4, 6, 8, 16), 400,
                  ("gathers without k_empty", "build without vt_empty", "one P tile",
+                  "low columns returned before S read them",
                   "P rewritten without a barrier"))
 
 

@@ -52,11 +52,11 @@ pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(Phantom
 /// comparison.
 pub struct SparseMlaNarrow64Kernel<const D_QK: usize, O>(PhantomData<O>);
 
-/// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119408` bytes (the kernel
+/// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119424` bytes (the kernel
 /// asserts the same formula against its layout: Q tile and two K slots of `64·D_QK` bytes each,
-/// three V^T slots of 33792, two P tiles of 8192, statistics and barriers).
+/// three V^T slots of 33792, two P tiles of 8192, statistics and 14 barriers).
 pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
-    (192 * d_qk + 119408) as u32
+    (192 * d_qk + 119424) as u32
 }
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
