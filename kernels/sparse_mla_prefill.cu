@@ -621,18 +621,19 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             scale = 1.f;
         }
         // This thread's row maxima (a tree over each row's 16 scores: four levels of
-        // independent min / max, not a chain of 15), in exponent units.
-        auto pick = [](float x, float y) { return fmaxf(x, y); };
+        // independent maxima, not a chain of 15), in exponent units.
         float mx[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             // row h's scores are s_cur[4k + 2h], s_cur[4k + 2h + 1], k = 0 … 7
             float v[8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) v[k] = pick(s_cur[4 * k + 2 * h], s_cur[4 * k + 2 * h + 1]);
-            const float v0 = pick(pick(v[0], v[1]), pick(v[2], v[3]));
-            const float v1 = pick(pick(v[4], v[5]), pick(v[6], v[7]));
-            mx[h] = pick(v0, v1) * scale;
+            for (int k = 0; k < 8; ++k) {
+                v[k] = fmaxf(s_cur[4 * k + 2 * h], s_cur[4 * k + 2 * h + 1]);
+            }
+            const float v0 = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+            const float v1 = fmaxf(fmaxf(v[4], v[5]), fmaxf(v[6], v[7]));
+            mx[h] = fmaxf(v0, v1) * scale;
         }
         bool grow = false;
 #pragma unroll
