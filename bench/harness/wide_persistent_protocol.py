@@ -19,22 +19,23 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wide_vt_protocol import Barrier, Slot, check, schedule, softmax, until  # noqa: E402
-
-K_SLOTS, VT_SLOTS = 2, 3  # the kernel's kKSlots, kVtSlots
+from wide_vt_protocol import (  # noqa: E402
+    K_SLOTS,
+    VT_SLOTS,
+    Barrier,
+    Ring,
+    Slot,
+    check,
+    schedule,
+    softmax,
+    until,
+)
 
 
 def run(item_blocks, rng, broken=None):
     """One random schedule of one CTA over items of `item_blocks` blocks (each even)."""
-    k_full = [Barrier(2) for _ in range(K_SLOTS)]
-    k_empty = [Barrier(2) for _ in range(K_SLOTS)]
-    k_low_empty = [Barrier(2) for _ in range(K_SLOTS)]
-    vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
-    vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]
+    ring = Ring(broken)
     q_full, q_empty = Barrier(1), Barrier(2)
-    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]  # its high columns
-    k_low = [Slot(f"K slot {s}, low columns") for s in range(K_SLOTS)]
-    vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
     p_tile = [Slot(f"P tile {v}") for v in range(2)]
     q_tile = Slot("Q tile")
     meets, exchanges = {}, {}
@@ -44,17 +45,9 @@ def run(item_blocks, rng, broken=None):
         for j, nb in enumerate(item_blocks):
             for st in range(max(nb, 1)):
                 if st < nb:
-                    b = gb + st
-                    if b >= K_SLOTS:
-                        yield until(k_low_empty[b % K_SLOTS], b // K_SLOTS)
-                    k_low[b % K_SLOTS].write(b)
-                    if b >= K_SLOTS:
-                        yield until(k_empty[b % K_SLOTS], b // K_SLOTS)
-                    k_slot[b % K_SLOTS].write(b)
-                    k_full[b % K_SLOTS].arrive(b // K_SLOTS)
-                    k_full[b % K_SLOTS].arrive(b // K_SLOTS)
+                    yield from ring.gather(gb + st)
                 if pending is not None:
-                    yield from build(pending)
+                    yield from ring.build(pending)
                 pending = gb + st if st < nb else None
                 if st == 0:
                     if j > 0 and broken != "Q without q_empty":
@@ -63,21 +56,7 @@ def run(item_blocks, rng, broken=None):
                     q_full.arrive(j)
             gb += nb
         if pending is not None:
-            yield from build(pending)
-
-    def build(b):
-        s, v = b % K_SLOTS, b % VT_SLOTS
-        yield until(k_full[s], b // K_SLOTS + 1)
-        if b >= VT_SLOTS:
-            yield until(vt_empty[v], b // VT_SLOTS)
-        k_low[s].read("build", b)
-        k_slot[s].read("build", b)
-        vt_slot[v].write(b)
-        k_low[s].release("build")
-        k_slot[s].release("build")
-        vt_full[v].arrive(b // VT_SLOTS)
-        k_low_empty[s].arrive(b // K_SLOTS)
-        k_empty[s].arrive(b // K_SLOTS)
+            yield from ring.build(pending)
 
     def consumer(wg):
         me = f"warpgroup {wg}"
@@ -97,8 +76,8 @@ def run(item_blocks, rng, broken=None):
             # The storing threads wait for their copies' reads, then return the two slots.
             for blk in staging_out:
                 if broken != "staging returned before the bulk stores' reads":
-                    vt_slot[blk % VT_SLOTS].release("bulk")
-                vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+                    ring.vt_slot[blk % VT_SLOTS].release("bulk")
+                ring.vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
             staging_out.clear()
 
         for j, nb in enumerate(item_blocks):
@@ -107,24 +86,15 @@ def run(item_blocks, rng, broken=None):
             q_tile.read((me, j), j)
 
             def s_block(b, release_pair):
-                s = b % K_SLOTS
-                yield until(k_full[s], b // K_SLOTS + 1)
-                k_low[s].read(me, b)
-                k_slot[s].read(me, b)
+                yield from ring.s_begin(me, b)
                 if release_pair is None:  # an item's first S: behind it, the staging goes back
                     return_staging()
-                if release_pair is not None:  # P.V of the pair before is done
+                else:  # P.V of the pair before is done
                     for c in range(2):
                         blk = gb + 2 * release_pair + c
-                        vt_slot[blk % VT_SLOTS].release((me, blk))
-                        vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+                        ring.vt_release((me, blk), blk)
                     p_tile[release_pair % 2].release((me, j, release_pair))
-                yield None  # S's low chunks run
-                k_low[s].release(me)
-                k_low_empty[s].arrive(b // K_SLOTS)
-                yield None  # its high chunks run
-                k_slot[s].release(me)
-                k_empty[s].arrive(b // K_SLOTS)
+                yield from ring.s_end(me, b)
 
             def pair_softmax(t):
                 # whether pair t's vote moves the reference max: one draw, the same for both
@@ -142,9 +112,7 @@ def run(item_blocks, rng, broken=None):
                 release_q(j)
             for t in range(pairs):
                 for kb in range(2):
-                    blk = gb + 2 * t + kb
-                    yield until(vt_full[blk % VT_SLOTS], blk // VT_SLOTS + 1)
-                    vt_slot[blk % VT_SLOTS].read((me, blk), blk)
+                    yield from ring.pv_read(me, gb + 2 * t + kb)
                 p_tile[t % 2].read((me, j, t), (j, t))
                 if t + 1 < pairs:
                     yield from s_block(gb + 2 * (t + 1) + wg, t)
@@ -154,13 +122,13 @@ def run(item_blocks, rng, broken=None):
             # Epilogue: the last P.V is done (waited for), then the statistics exchange.
             last = [gb + nb - 2, gb + nb - 1] if pairs > 0 else []
             for blk in last:
-                vt_slot[blk % VT_SLOTS].release((me, blk))
+                ring.vt_slot[blk % VT_SLOTS].release((me, blk))
             if pairs > 0:
                 p_tile[(pairs - 1) % 2].release((me, j, pairs - 1))
             yield from meet(("stats", j))
             if pairs > 0:
                 for blk in last:  # this warpgroup's columns of the staged rows
-                    vt_slot[blk % VT_SLOTS].write(("staging", j))
+                    ring.vt_slot[blk % VT_SLOTS].write(("staging", j))
                 yield from meet(("staged", j))
                 # Warpgroup 0's first 64 threads send every head row (bulk copies) and return
                 # the slots in the next item, behind its first S, once their own copies have
@@ -168,11 +136,11 @@ def run(item_blocks, rng, broken=None):
                 # (vt_empty counts all 256).
                 if wg == 0:
                     for blk in last:
-                        vt_slot[blk % VT_SLOTS].read("bulk", ("staging", j))
+                        ring.vt_slot[blk % VT_SLOTS].read("bulk", ("staging", j))
                     staging_out.extend(last)
                 else:
                     for blk in last:
-                        vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+                        ring.vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
             else:
                 yield from meet(("zero", j))
             gb += nb

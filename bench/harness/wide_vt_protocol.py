@@ -5,14 +5,15 @@ are bench/harness/wide_persistent_protocol.py, which reuses these actors and che
 
 Its producer warpgroup and its two consumer warpgroups meet only on mbarriers (k_full, and
 k_low_empty / k_empty for a K slot's low columns and the rest, per K slot; vt_full / vt_empty per
-V^T slot) and, between the consumers, in the softmax's vote
-once a pair (and, when the vote moves the reference max, in two barriers of the exchange). The
-two P tiles (by pair parity) have no barrier of their own: both warpgroups write their half of
-pair t's tile before the vote of pair t (or, rewritten, before the exchange's last barrier),
-read all of it in P.V of pair t, and the vote of pair t + 1 keeps the rewrite by pair t + 2
-behind both warpgroups' P.V. This script models each of them as the sequence of arrivals and waits the kernel
-issues, in its order, runs the model under many random schedules, and tracks which block each
-slot holds and who is reading it. A schedule fails on:
+V^T slot) and, between the consumers, in the softmax's vote once a pair (and, when the vote
+moves the reference max, in two barriers of the exchange). The two P tiles (by pair parity)
+have no barrier of their own: both warpgroups write their half of pair t's tile before the vote
+of pair t (or, rewritten, before the exchange's last barrier), read all of it in P.V of pair t,
+and the vote of pair t + 1 keeps the rewrite by pair t + 2 behind both warpgroups' P.V. This
+script models each of them as the sequence of arrivals and waits the kernel issues, in its
+order (the steps on the K and V^T slots, which the persistent model shares, in `Ring`), runs
+the model under many random schedules, and tracks which block each slot holds and who is
+reading it. A schedule fails on:
 - a deadlock (no actor can move);
 - an arrival in another phase than the block it belongs to (a parity wait would then be
   ambiguous), or a parity wait that could see two phases completed;
@@ -102,6 +103,81 @@ def schedule(actors, rng):
             alive[i] = False
 
 
+class Ring:
+    """The K and V^T slots, their barriers, and the steps on them that both models share: a
+    block's gathers, its V^T build, and S's reads of its K slot. Blocks are the CTA's, counted
+    across its items; `broken` names a known-broken variant."""
+
+    def __init__(self, broken=None):
+        self.broken = broken
+        self.k_full = [Barrier(2) for _ in range(K_SLOTS)]  # cp.async-tracked + plain arrivals
+        self.k_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the owner's S, the V^T build
+        self.k_low_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the same, for the low columns
+        self.vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
+        self.vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]  # P.V of both warpgroups
+        self.k_high = [Slot(f"K slot {s}") for s in range(K_SLOTS)]  # its high columns
+        self.k_low = [Slot(f"K slot {s}, low columns") for s in range(K_SLOTS)]
+        self.vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
+
+    def gather(self, b):
+        """The gathers of block b: its slot's low columns once they are free, then the rest."""
+        s, use = b % K_SLOTS, b // K_SLOTS
+        if b >= K_SLOTS:
+            yield until(self.k_low_empty[s], use)
+        self.k_low[s].write(b)
+        if b >= K_SLOTS and self.broken != "gathers without k_empty":
+            yield until(self.k_empty[s], use)
+        self.k_high[s].write(b)
+        self.k_full[s].arrive(use)
+        self.k_full[s].arrive(use)
+
+    def build(self, b):
+        """V^T of block b from its K slot, once the rows have landed and the V^T slot is free."""
+        s, v = b % K_SLOTS, b % VT_SLOTS
+        yield until(self.k_full[s], b // K_SLOTS + 1)
+        if b >= VT_SLOTS and self.broken != "build without vt_empty":
+            yield until(self.vt_empty[v], b // VT_SLOTS)
+        self.k_low[s].read("build", b)
+        self.k_high[s].read("build", b)
+        self.vt_slot[v].write(b)
+        self.k_low[s].release("build")
+        self.k_high[s].release("build")
+        self.vt_full[v].arrive(b // VT_SLOTS)
+        self.k_low_empty[s].arrive(b // K_SLOTS)
+        self.k_empty[s].arrive(b // K_SLOTS)
+
+    def s_begin(self, me, b):
+        """S of block b starts reading its K slot, once it has landed."""
+        s = b % K_SLOTS
+        yield until(self.k_full[s], b // K_SLOTS + 1)
+        self.k_low[s].read(me, b)
+        self.k_high[s].read(me, b)
+        if self.broken == "low columns returned before S read them":
+            self.k_low_empty[s].arrive(b // K_SLOTS)  # while S still reads them
+
+    def s_end(self, me, b):
+        """S's low chunks run and return the slot's low columns, then its high chunks the rest."""
+        s = b % K_SLOTS
+        yield None
+        self.k_low[s].release(me)
+        if self.broken != "low columns returned before S read them":
+            self.k_low_empty[s].arrive(b // K_SLOTS)
+        yield None
+        self.k_high[s].release(me)
+        self.k_empty[s].arrive(b // K_SLOTS)
+
+    def pv_read(self, me, blk):
+        """P.V reads V^T of block blk, once it is built."""
+        v = blk % VT_SLOTS
+        yield until(self.vt_full[v], blk // VT_SLOTS + 1)
+        self.vt_slot[v].read((me, blk), blk)
+
+    def vt_release(self, who, blk):
+        """V^T of block blk is no longer read by `who`: its slot goes back to the producer."""
+        self.vt_slot[blk % VT_SLOTS].release(who)
+        self.vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+
+
 def softmax(tile, value, first, exchange, meet, broken=None):
     """One warpgroup's softmax of a pair, in the kernel's order. After an item's first pair: the
     weights against the current reference max into this warpgroup's half of the pair's P tile,
@@ -125,14 +201,7 @@ def softmax(tile, value, first, exchange, meet, broken=None):
 def run(num_blocks, rng, broken=None):
     """One random schedule; `broken` names a known-broken variant."""
     p_tiles = 1 if broken == "one P tile" else 2
-    k_full = [Barrier(2) for _ in range(K_SLOTS)]  # cp.async-tracked + plain arrivals
-    k_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the owner's S, the V^T build
-    k_low_empty = [Barrier(2) for _ in range(K_SLOTS)]  # the same, for the slot's low columns
-    vt_full = [Barrier(1) for _ in range(VT_SLOTS)]
-    vt_empty = [Barrier(2) for _ in range(VT_SLOTS)]  # P.V of both warpgroups
-    k_slot = [Slot(f"K slot {s}") for s in range(K_SLOTS)]  # its high columns
-    k_low = [Slot(f"K slot {s}, low columns") for s in range(K_SLOTS)]
-    vt_slot = [Slot(f"V^T slot {v}") for v in range(VT_SLOTS)]
+    ring = Ring(broken)
     p_tile = [Slot(f"P tile {v}") for v in range(p_tiles)]
     meets, exchanges = {}, {}
 
@@ -140,53 +209,21 @@ def run(num_blocks, rng, broken=None):
         # step st: the gathers of block st, then the V^T build of block st - 1
         for st in range(num_blocks + 1):
             if st < num_blocks:
-                s, use = st % K_SLOTS, st // K_SLOTS
-                if st >= K_SLOTS:
-                    yield until(k_low_empty[s], use)
-                k_low[s].write(st)
-                if st >= K_SLOTS and broken != "gathers without k_empty":
-                    yield until(k_empty[s], use)
-                k_slot[s].write(st)
-                k_full[s].arrive(use)
-                k_full[s].arrive(use)
-            b = st - 1
-            if b >= 0:
-                s, v = b % K_SLOTS, b % VT_SLOTS
-                yield until(k_full[s], b // K_SLOTS + 1)
-                if b >= VT_SLOTS and broken != "build without vt_empty":
-                    yield until(vt_empty[v], b // VT_SLOTS)
-                k_low[s].read("build", b)
-                k_slot[s].read("build", b)
-                vt_slot[v].write(b)
-                k_low[s].release("build")
-                k_slot[s].release("build")
-                vt_full[v].arrive(b // VT_SLOTS)
-                k_low_empty[s].arrive(b // K_SLOTS)
-                k_empty[s].arrive(b // K_SLOTS)
+                yield from ring.gather(st)
+            if st >= 1:
+                yield from ring.build(st - 1)
 
     def consumer(wg):
         me = f"warpgroup {wg}"
 
         def s_block(b, release_pair):
-            s = b % K_SLOTS
-            yield until(k_full[s], b // K_SLOTS + 1)
-            k_low[s].read(me, b)
-            k_slot[s].read(me, b)
-            if broken == "low columns returned before S read them":
-                k_low_empty[s].arrive(b // K_SLOTS)  # while S still reads them
+            yield from ring.s_begin(me, b)
             if release_pair is not None:  # P.V of the pair before is done, block by block
                 for c in range(2):
                     blk = 2 * release_pair + c
-                    vt_slot[blk % VT_SLOTS].release((me, blk))
-                    vt_empty[blk % VT_SLOTS].arrive(blk // VT_SLOTS)
+                    ring.vt_release((me, blk), blk)
                 p_tile[release_pair % p_tiles].release((me, release_pair))
-            yield None  # S's low chunks run
-            k_low[s].release(me)
-            if broken != "low columns returned before S read them":
-                k_low_empty[s].arrive(b // K_SLOTS)
-            yield None  # its high chunks run
-            k_slot[s].release(me)
-            k_empty[s].arrive(b // K_SLOTS)
+            yield from ring.s_end(me, b)
 
         def pair_softmax(t):
             def meet(name):  # a barrier of both consumer warpgroups
@@ -204,9 +241,7 @@ def run(num_blocks, rng, broken=None):
             yield from pair_softmax(0)
         for t in range(pairs):
             for kb in range(2):
-                blk = 2 * t + kb
-                yield until(vt_full[blk % VT_SLOTS], blk // VT_SLOTS + 1)
-                vt_slot[blk % VT_SLOTS].read((me, blk), blk)
+                yield from ring.pv_read(me, 2 * t + kb)
             p_tile[t % p_tiles].read((me, t), t)
             if t + 1 < pairs:
                 yield from s_block(2 * (t + 1) + wg, t)
