@@ -265,6 +265,8 @@ struct Gather {
         }
         next_off += kTokensPerBlock;
     }
+    // Whether index i names a row of kv (an invalid one is gathered as zeros and masked).
+    __device__ __forceinline__ bool row_valid(int i) const { return i >= 0 && i < s_kv; }
     // Gathers of 64-channel columns Q0 … Q1 - 1 of the CTA's block gb (its slot: gb % kKSlots).
     template <int Q0, int Q1>
     __device__ __forceinline__ void issue_cols(int gb, const int (&idx)[2]) const {
@@ -272,7 +274,7 @@ struct Gather {
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
             const int token = 16 * pw + 8 * grp + (lane & 7);
-            const bool valid = idx[grp] >= 0 && idx[grp] < s_kv;
+            const bool valid = row_valid(idx[grp]);
             const u8* src = kv + (valid ? (i64)idx[grp] * D_QK : (i64)0) + (lane >> 3) * 16;
             const u32 n = valid ? 16u : 0u;  // an invalid row is zero-filled, nothing read
             const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
@@ -289,7 +291,7 @@ struct Gather {
         u32 bits = 0;
 #pragma unroll
         for (int grp = 0; grp < 2; ++grp) {
-            const bool valid = idx[grp] >= 0 && idx[grp] < s_kv;
+            const bool valid = row_valid(idx[grp]);
             bits |= (__ballot_sync(0xffffffffu, valid) & 0xffu) << (8 * grp);
         }
         if (lane == 0) mask16[slot * 4 + pw] = (u16)bits;
