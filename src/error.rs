@@ -56,6 +56,21 @@ pub enum Error {
         /// Why not.
         reason: &'static str,
     },
+    /// The backend's stream cannot take the work now: a per-thread default stream used from
+    /// another thread, a stream being captured into a graph outside [`crate::backend::cuda::GraphRecorder`].
+    #[error("the stream {stream} cannot take this work: {reason}")]
+    Stream {
+        /// The stream, as CUDA names it.
+        stream: String,
+        /// Why not, and what to do instead.
+        reason: &'static str,
+    },
+    /// A CUDA graph could not be recorded or replayed.
+    #[error("CUDA graph: {reason}")]
+    Graph {
+        /// What went wrong.
+        reason: &'static str,
+    },
     /// No CUDA driver library could be loaded: there is no GPU backend on this machine.
     #[error("CUDA driver library (libcuda.so) not found: no GPU backend on this machine")]
     NoDriver,

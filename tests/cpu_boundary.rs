@@ -26,3 +26,8 @@ fn garbage_index_values_never_panic() {
     let mut rng = common::rng("garbage_index_values_never_panic");
     common::boundary::hostile_index_values(&Cpu, &mut rng);
 }
+
+#[test]
+fn counter_wraps_and_empty_batches_count_nothing() {
+    common::boundary::counter_wraps_and_empty_batches_count_nothing(&Cpu);
+}

@@ -300,10 +300,17 @@ fn prologue_kind(
     };
 
     // The packed row (`RowOffset`): q, k, v start on whole heads, so only the row length can
-    // break the 8-element alignment, through the relative-position features.
+    // break the 8-element alignment, through the relative-position features. Bounded first,
+    // so the row's arithmetic cannot overflow.
+    let rel = &model.rel_head_dim;
+    if rel.value > MAX_ROW {
+        return Err(rel.at.error(
+            format!("rel_head_dim `{}` is longer than a packed qkvr row can be ({MAX_ROW} elements)", rel.value),
+            "the relative-position features of every q head sit in the packed row after q, k and v; the packed-row offset table ends at 32768 elements",
+        ));
+    }
     let row = kind_plan.row();
     if !row.is_multiple_of(8) {
-        let rel = &model.rel_head_dim;
         return Err(rel.at.error(
             format!(
                 "packed qkvr row of `{row}` elements is not a multiple of 8{which}: rel_head_dim {} × {} q heads adds {} elements",
@@ -329,7 +336,6 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
     // `MlaHeadDim`, and the value width the kernel hard-codes.
     let lora = &model.kv_lora_rank;
     let rope = &model.qk_rope_head_dim;
-    let d_qk = lora.value + rope.value;
     if lora.value != MLA_D_V {
         return Err(lora.at.error(
             format!(
@@ -339,10 +345,13 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
             "the sparse MLA prefill reads values as the 512 latent channels of a row: kv_lora_rank must be 512",
         ));
     }
+    let sum = lora.value.checked_add(rope.value);
+    let d_qk = sum.unwrap_or(u64::MAX);
     if d_qk != 512 && d_qk != 576 {
+        let shown = sum.map_or_else(|| "beyond u64".to_string(), |d| d.to_string());
         return Err(rope.at.error(
             format!(
-                "sparse MLA d_qk `{d_qk}` (kv_lora_rank {} + qk_rope_head_dim {}) is not supported",
+                "sparse MLA d_qk `{shown}` (kv_lora_rank {} + qk_rope_head_dim {}) is not supported",
                 lora.value, rope.value
             ),
             "the sparse MLA prefill supports d_qk = 512 or 576: 512 latent channels + 0 or 64 RoPE channels (DeepSeek V3.2: 576; GLM-5.3-Flash, DeepSeek V4: 512)",
@@ -364,8 +373,7 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
 
     // `TopkWidth`: the library pads the top-k width to 128-column steps.
     let k = &model.index_topk;
-    let topk = k.value.div_ceil(TOPK_STEP) * TOPK_STEP;
-    if k.value == 0 || topk > MAX_TOPK {
+    if k.value == 0 || k.value > MAX_TOPK {
         return Err(k.at.error(
             format!("top-k width `{}` is not supported", k.value),
             format!(
@@ -373,6 +381,7 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
             ),
         ));
     }
+    let topk = k.value.div_ceil(TOPK_STEP) * TOPK_STEP;
     Ok(MlaKind {
         sharding,
         hq_padded,

@@ -502,3 +502,87 @@ pub fn hostile_index_values<B: RunPrologue + RunSparseMla>(b: &B, rng: &mut StdR
         "garbage indices were counted as skipped"
     );
 }
+
+/// The skipped-index counter wraps at 2^32 as the device's does (never a panic), and a batch
+/// of no tokens counts nothing on any backend, whatever its per-sequence indices hold.
+pub fn counter_wraps_and_empty_batches_count_nothing<B: RunPrologue>(b: &B) {
+    let weights = weights(b);
+    let mut conv = ConvState::<B, DKV, Conv>::zeros(b, 5).unwrap();
+    let mut kv = PagedBf16Kv::<B, PAGE, DKV>::zeros(b, 1).unwrap();
+    let mut errors = ErrorCounter::new(b).unwrap();
+    let mut rng = super::rng("counter_wraps_and_empty_batches_count_nothing");
+    // Decode, 3 tokens, every conv slot and every KV slot out of range.
+    let tokens = 3;
+    let decode = DecodeBatch::<B, Row>::new(
+        Tensor::from_host(
+            b,
+            "qkvr",
+            &bf16_normal(&mut rng, tokens * ROW, 0.0, 1.0),
+            tokens,
+        )
+        .unwrap(),
+        host(b, &[1000i32, -7, i32::MAX]),
+        host(b, &[1u8; 3]),
+        host(b, &[1i64 << 40, -5, i64::MAX]),
+        None,
+        None,
+    )
+    .unwrap();
+    let kernel = Bf16Prologue::<Decode, 128, DQ, DKV, Row, Conv, PAGE>::new();
+    let mut run = |errors: &mut ErrorCounter<B>| {
+        let mut out = Bf16Outputs::<B, DQ, DKV>::zeros(b, tokens).unwrap();
+        kernel
+            .run(
+                b,
+                &weights,
+                &mut conv,
+                &decode,
+                &mut out,
+                &mut kv,
+                Some(errors),
+            )
+            .unwrap();
+    };
+    run(&mut errors);
+    let per_call = errors.read(b).unwrap();
+    assert!(per_call >= 6, "every bad slot counts: {per_call}");
+    errors.set(b, u32::MAX - 1).unwrap();
+    run(&mut errors);
+    assert_eq!(
+        errors.read(b).unwrap(),
+        (u32::MAX - 1).wrapping_add(per_call)
+    );
+
+    // Extend with 2 sequences and no token: garbage per-sequence indices are never read.
+    errors.reset(b).unwrap();
+    let empty = ExtendBatch::<B, Row, Conv>::new(
+        Tensor::from_host(b, "qkvr", &[], 0).unwrap(),
+        host(b, &[0i64, 0, 0]),
+        host(b, &[] as &[i32]),
+        host(b, &[1000i32, -9]),
+        host(b, &[1u8, 1]),
+        host(b, &[1u8, 0]),
+        host(b, &[] as &[i64]),
+        None,
+        None,
+        true,
+    )
+    .unwrap();
+    let mut out = Bf16Outputs::<B, DQ, DKV>::zeros(b, 0).unwrap();
+    Bf16Prologue::<Extend, 128, DQ, DKV, Row, Conv, PAGE>::new()
+        .run(
+            b,
+            &weights,
+            &mut conv,
+            &empty,
+            &mut out,
+            &mut kv,
+            Some(&mut errors),
+        )
+        .unwrap();
+    assert_eq!(
+        errors.read(b).unwrap(),
+        0,
+        "a batch of no tokens counts nothing"
+    );
+}

@@ -2,13 +2,21 @@
 //!
 //! A kernel type renders its template instantiation (`mxfp8_quantize_kernel<128>`); the source
 //! it names is `kernels/common.cuh` followed by the kernel's file, compiled to an sm_90a cubin
-//! and looked up by NVRTC's lowered name. The cache key is (hash of the full source,
-//! instantiation, arch), so an edited kernel file never reuses a stale cubin.
+//! and looked up by NVRTC's lowered name.
+//!
+//! The cache is keyed by what it holds: the key is the text of everything the cubin depends on
+//! (format version, arch, compiler options, instantiation, full source), and an entry is found
+//! by the SHA-256 digest of that text and used only when its stored key text equals it, in
+//! memory and on disk. No source, however chosen, can stand in for another's cubin: a kernel
+//! type launches the machine code of its own source and instantiation, or nothing.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 
@@ -52,6 +60,15 @@ pub fn full_source(kernel_source: &str) -> String {
     format!("{COMMON_SOURCE}\n{kernel_source}")
 }
 
+/// The NVRTC options every kernel is compiled with (part of the cache key).
+fn compile_options(arch: Arch) -> [String; 3] {
+    [
+        format!("--gpu-architecture={}", arch.as_str()),
+        "-std=c++17".to_string(),
+        "--device-int128".to_string(),
+    ]
+}
+
 /// Compiles `instantiation` of `kernel_source` (a file of `kernels/`, without common.cuh) with
 /// NVRTC. Needs libnvrtc.so.13, not a GPU.
 pub fn compile_kernel(
@@ -75,11 +92,7 @@ pub fn compile_kernel(
         unsafe { nvrtc_sys::nvrtcAddNameExpression(prog, expr.as_ptr()) }
             .result()
             .map_err(|e| compile_error(format!("{e:?}")))?;
-        let options = [
-            format!("--gpu-architecture={}", arch.as_str()),
-            "-std=c++17".to_string(),
-            "--device-int128".to_string(),
-        ];
+        let options = compile_options(arch);
         // SAFETY: `prog` is a live program.
         if let Err(e) = unsafe { nvrtc::compile_program(prog, &options) } {
             // SAFETY: as above.
@@ -127,31 +140,57 @@ fn c_chars_to_string(chars: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// FNV-1a, 64 bit: a hash that is stable across runs, builds and Rust versions.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// Everything a compiled kernel depends on, as one text: the cache key, compared in full on
+/// every hit.
+fn key_text(kernel_source: &str, instantiation: &str, arch: Arch) -> String {
+    let source = full_source(kernel_source);
+    format!(
+        "{FORMAT}\narch {}\noptions {}\ninstantiation {} {instantiation}\nsource {} bytes\n{source}",
+        arch.as_str(),
+        compile_options(arch).join(" "),
+        instantiation.len(),
+        source.len(),
+    )
+}
+
+/// The first line of a key and of a disk entry: bumped whenever either's layout changes.
+const FORMAT: &str = "shapeproof kernel cache 2";
+
+/// A cache entry: the key it was compiled for, and the kernel.
+struct Entry {
+    key: String,
+    kernel: Arc<CompiledKernel>,
+}
+
+type Digest32 = [u8; 32];
+
+fn sha256(parts: &[&[u8]]) -> Digest32 {
+    let mut h = Sha256::new();
     for part in parts {
-        for &b in *part {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        h.update(part);
     }
-    h
+    h.finalize().into()
+}
+
+fn hex(digest: &Digest32) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The compiled-kernel cache: a process-wide map in memory, and a folder on disk.
 ///
 /// The folder is `$SHAPEPROOF_CACHE_DIR`, else `$XDG_CACHE_HOME/shapeproof`, else
-/// `$HOME/.cache/shapeproof`; `SHAPEPROOF_CACHE_DIR=off` disables the disk layer.
+/// `$HOME/.cache/shapeproof`; `SHAPEPROOF_CACHE_DIR=off` disables the disk layer. A disk entry
+/// is one file holding its key text, the kernel and a SHA-256 of both; one that is torn, of
+/// another format, or of another key is compiled anew and replaced, never loaded. The folder
+/// is trusted like the program's own files: whoever can write it can choose the machine code
+/// the program runs (it is created readable by its owner only).
 #[derive(Clone, Debug)]
 pub struct KernelCache {
     dir: Option<PathBuf>,
 }
 
-fn memory() -> &'static Mutex<HashMap<u64, Arc<CompiledKernel>>> {
-    static MEMORY: OnceLock<Mutex<HashMap<u64, Arc<CompiledKernel>>>> = OnceLock::new();
+fn memory() -> &'static Mutex<HashMap<Digest32, Arc<Entry>>> {
+    static MEMORY: OnceLock<Mutex<HashMap<Digest32, Arc<Entry>>>> = OnceLock::new();
     MEMORY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -174,68 +213,206 @@ impl KernelCache {
         Self { dir }
     }
 
-    /// The compiled instantiation, from memory, from disk, or compiled now (and stored).
+    /// The compiled instantiation, from memory, from disk, or compiled now (and stored). An
+    /// entry is used only when the key text it was stored under equals this call's.
     pub fn get_or_compile(
         &self,
         kernel_source: &str,
         instantiation: &str,
         arch: Arch,
     ) -> Result<Arc<CompiledKernel>> {
-        let key = fnv1a(&[
-            COMMON_SOURCE.as_bytes(),
-            kernel_source.as_bytes(),
-            instantiation.as_bytes(),
-            arch.as_str().as_bytes(),
-        ]);
-        if let Some(hit) = memory().lock().expect("kernel cache lock").get(&key) {
-            return Ok(hit.clone());
+        let key = key_text(kernel_source, instantiation, arch);
+        let digest = sha256(&[key.as_bytes()]);
+        let hit = memory()
+            .lock()
+            .expect("kernel cache lock")
+            .get(&digest)
+            .cloned();
+        if let Some(entry) = hit
+            && entry.key == key
+        {
+            return Ok(entry.kernel.clone());
         }
-        let compiled = Arc::new(match self.read_disk(key) {
+        let kernel = Arc::new(match self.read_disk(&digest, &key) {
             Some(k) => k,
             None => {
                 let k = compile_kernel(kernel_source, instantiation, arch)?;
-                self.write_disk(key, &k)?;
+                self.write_disk(&digest, &key, &k)?;
                 k
             }
         });
-        memory()
-            .lock()
-            .expect("kernel cache lock")
-            .insert(key, compiled.clone());
-        Ok(compiled)
+        let mut memory = memory().lock().expect("kernel cache lock");
+        // A digest already taken by another key (which SHA-256 makes impossible in practice)
+        // keeps its entry; this call still returns its own kernel.
+        memory.entry(digest).or_insert_with(|| {
+            Arc::new(Entry {
+                key,
+                kernel: kernel.clone(),
+            })
+        });
+        Ok(kernel)
     }
 
-    fn paths(&self, key: u64) -> Option<(PathBuf, PathBuf)> {
-        self.dir.as_ref().map(|d| {
-            (
-                d.join(format!("{key:016x}.cubin")),
-                d.join(format!("{key:016x}.name")),
-            )
-        })
+    fn path(&self, digest: &Digest32) -> Option<PathBuf> {
+        self.dir
+            .as_ref()
+            .map(|d| d.join(format!("{}.kernel", hex(digest))))
     }
 
-    fn read_disk(&self, key: u64) -> Option<CompiledKernel> {
-        let (cubin, name) = self.paths(key)?;
-        Some(CompiledKernel {
-            cubin: std::fs::read(cubin).ok()?,
-            lowered_name: std::fs::read_to_string(name).ok()?,
-        })
+    fn read_disk(&self, digest: &Digest32, key: &str) -> Option<CompiledKernel> {
+        let bytes = std::fs::read(self.path(digest)?).ok()?;
+        DiskEntry::decode(&bytes, key)
     }
 
-    fn write_disk(&self, key: u64, k: &CompiledKernel) -> Result<()> {
-        let Some((cubin, name)) = self.paths(key) else {
+    fn write_disk(&self, digest: &Digest32, key: &str, k: &CompiledKernel) -> Result<()> {
+        let Some(path) = self.path(digest) else {
             return Ok(());
         };
-        let dir = cubin
+        let dir = path
             .parent()
             .expect("cache file has a folder")
             .to_path_buf();
-        let io = |path: PathBuf| move |source| Error::Cache { path, source };
-        std::fs::create_dir_all(&dir).map_err(io(dir.clone()))?;
-        // Write the name last: a reader needs both files, and a torn cubin without its name
-        // is never used.
-        std::fs::write(&cubin, &k.cubin).map_err(io(cubin.clone()))?;
-        std::fs::write(&name, &k.lowered_name).map_err(io(name.clone()))?;
-        Ok(())
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Cache { path, source }
+        };
+        create_private_dir(&dir).map_err(io(&dir))?;
+        // Written whole to a file of its own, then renamed over the entry: a reader sees the
+        // old entry, the new one, or none, never a part.
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".{}.{}.{}.tmp",
+            hex(digest),
+            std::process::id(),
+            WRITES.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&tmp, DiskEntry::encode(key, k)).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(&path)(e)
+        })
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// The one file of a disk entry: `FORMAT` and a newline, then the key text, the lowered name
+/// and the cubin, each after its length (u64, little-endian), then the SHA-256 of all that.
+struct DiskEntry;
+
+impl DiskEntry {
+    fn encode(key: &str, k: &CompiledKernel) -> Vec<u8> {
+        let mut out = Vec::with_capacity(key.len() + k.cubin.len() + 256);
+        out.extend_from_slice(FORMAT.as_bytes());
+        out.push(b'\n');
+        for part in [key.as_bytes(), k.lowered_name.as_bytes(), &k.cubin] {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        let digest = sha256(&[&out]);
+        out.extend_from_slice(&digest);
+        out
+    }
+
+    /// The kernel of an entry that is whole (its digest holds) and was stored under `key`.
+    fn decode(bytes: &[u8], key: &str) -> Option<CompiledKernel> {
+        let (body, digest) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
+        if sha256(&[body]) != *digest {
+            return None;
+        }
+        let mut rest = body.strip_prefix(FORMAT.as_bytes())?.strip_prefix(b"\n")?;
+        let mut part = || -> Option<&[u8]> {
+            let (len, tail) = rest.split_at_checked(8)?;
+            let len = usize::try_from(u64::from_le_bytes(len.try_into().ok()?)).ok()?;
+            let (part, tail) = tail.split_at_checked(len)?;
+            rest = tail;
+            Some(part)
+        };
+        let stored_key = part()?;
+        let name = part()?;
+        let cubin = part()?;
+        if stored_key != key.as_bytes() || !rest.is_empty() {
+            return None;
+        }
+        Some(CompiledKernel {
+            cubin: cubin.to_vec(),
+            lowered_name: String::from_utf8(name.to_vec()).ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel() -> CompiledKernel {
+        CompiledKernel {
+            cubin: vec![1, 2, 3, 4],
+            lowered_name: "_Z1kv".into(),
+        }
+    }
+
+    #[test]
+    fn keys_differ_in_every_part() {
+        let base = key_text("A", "k<1>", Arch::Sm90a);
+        assert_ne!(base, key_text("B", "k<1>", Arch::Sm90a));
+        assert_ne!(base, key_text("A", "k<2>", Arch::Sm90a));
+        // A byte moved between the instantiation and the source changes the key too.
+        assert_ne!(
+            key_text("Ak", "<1>", Arch::Sm90a),
+            key_text("A", "k<1>", Arch::Sm90a)
+        );
+        assert!(base.contains("k<1>") && base.contains(COMMON_SOURCE));
+    }
+
+    #[test]
+    fn disk_entries_load_only_under_their_key() {
+        let k = kernel();
+        let bytes = DiskEntry::encode("key one", &k);
+        let back = DiskEntry::decode(&bytes, "key one").expect("a whole entry loads");
+        assert_eq!((back.cubin, back.lowered_name), (k.cubin, k.lowered_name));
+        assert!(
+            DiskEntry::decode(&bytes, "key two").is_none(),
+            "another key"
+        );
+        for cut in [0, 1, 20, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                DiskEntry::decode(&bytes[..cut], "key one").is_none(),
+                "torn at {cut}"
+            );
+        }
+        let mut flipped = bytes.clone();
+        flipped[30] ^= 1;
+        assert!(
+            DiskEntry::decode(&flipped, "key one").is_none(),
+            "a flipped byte"
+        );
+    }
+
+    #[test]
+    fn a_planted_disk_file_is_not_loaded() {
+        let dir =
+            std::env::temp_dir().join(format!("shapeproof-cache-test-{}", std::process::id()));
+        let cache = KernelCache::with_dir(Some(dir.clone()));
+        let key = key_text("src", "k<1>", Arch::Sm90a);
+        let digest = sha256(&[key.as_bytes()]);
+        // An entry for another key under this key's file name (what a forged file would be).
+        let path = cache.path(&digest).unwrap();
+        create_private_dir(&dir).unwrap();
+        std::fs::write(&path, DiskEntry::encode("another key", &kernel())).unwrap();
+        assert!(cache.read_disk(&digest, &key).is_none());
+        // The same file written under the right key loads.
+        cache.write_disk(&digest, &key, &kernel()).unwrap();
+        assert_eq!(
+            cache.read_disk(&digest, &key).unwrap().cubin,
+            kernel().cubin
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

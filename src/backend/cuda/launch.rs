@@ -137,20 +137,74 @@ impl Cuda {
     }
 }
 
-/// A buffer of `home` belongs to the context of `ours`, or it is refused (launches and copies
-/// alike: another device's memory would otherwise be reached through unified addressing).
-pub(crate) fn same_context(
-    param: &'static str,
-    home: &CudaStream,
-    ours: &CudaStream,
-) -> Result<()> {
+/// Where an admitted buffer is ordered, relative to the launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// On the stream the work is queued on (or, in a graph, the stream it replays on):
+    /// ordered by the stream itself.
+    Same,
+    /// On another stream of the same context object, which tracks events: ordered by them.
+    Other,
+}
+
+/// The admission rule of every device access (launches and copies alike): may work queued on
+/// `cuda`'s stream use a buffer whose home stream is `home`?
+///
+/// - The buffer must belong to the backend's CUDA context (another device's memory would
+///   otherwise be reached through unified addressing).
+/// - A buffer of the per-thread default stream is on "the same stream" only for a backend
+///   bound to that handle on this thread ([`Cuda::from_stream`]); otherwise which stream it
+///   names depends on the thread that used it, and it is refused.
+/// - A buffer on the same stream (the same CUDA handle in the same context) needs nothing.
+/// - A buffer of another stream is ordered by cudarc's events, which cudarc consults only
+///   through the *buffer's* context object: it is admitted when that object is the backend's
+///   own and tracks events, so both sides of the protocol agree.
+/// - While a graph is recorded, every buffer must be ordered on the stream the graph replays
+///   on: a replay cannot wait for other streams' events.
+pub(crate) fn admit(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Result<Home> {
+    let ours = &*cuda.stream;
+    if std::ptr::eq(home, ours) {
+        return Ok(Home::Same);
+    }
     if home.context().cu_ctx() != ours.context().cu_ctx() {
         return Err(Error::ForeignBuffer {
             param,
             reason: "it was allocated in another CUDA context (another device or backend)",
         });
     }
-    Ok(())
+    let target = cuda.recording_for.as_deref().unwrap_or(ours);
+    if home.cu_stream() as usize == super::PER_THREAD_STREAM {
+        // `check_queue` has confirmed that a bound backend is used on its own thread.
+        if cuda.thread.is_some() && target.cu_stream() == home.cu_stream() {
+            return Ok(Home::Same);
+        }
+        return Err(Error::ForeignBuffer {
+            param,
+            reason: "it is ordered on the per-thread default stream, which names another stream on every host thread; use it with a backend made on that thread from the same handle, or allocate it on a stream of its own",
+        });
+    }
+    if home.cu_stream() == target.cu_stream() {
+        return Ok(Home::Same);
+    }
+    if cuda.recording_for.is_some() {
+        return Err(Error::ForeignBuffer {
+            param,
+            reason: "it is ordered on another stream than the backend's, and a graph replays on the backend's stream without waiting for other streams; allocate it on the backend's stream",
+        });
+    }
+    if !Arc::ptr_eq(home.context(), ours.context()) {
+        return Err(Error::ForeignBuffer {
+            param,
+            reason: "it is ordered on another stream of another cudarc context object (the same CUDA context opened twice), whose event tracking cudarc follows for this buffer, not the backend's; make the buffer and the backend from one `CudaContext`, or use the buffer's own stream",
+        });
+    }
+    if !ours.context().is_managing_stream_synchronization() {
+        return Err(Error::ForeignBuffer {
+            param,
+            reason: "it is ordered on another stream and the context tracks no events, so the launch could not be ordered after its writes or before its release; use one stream, or keep cudarc's event tracking on",
+        });
+    }
+    Ok(Home::Other)
 }
 
 /// The width of the kernels' vector accesses (16-byte loads and stores, `cp.async`, bulk
@@ -187,6 +241,7 @@ const MAX_DEVICE_ARGS: usize = 26;
 /// `Drop`), so a buffer on another stream is neither reused nor freed under the kernel (outside
 /// graph capture). Nothing here allocates.
 pub(crate) struct DeviceArgs<'a> {
+    cuda: &'a Cuda,
     stream: &'a CudaStream,
     guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
     held: usize,
@@ -196,48 +251,37 @@ pub(crate) struct DeviceArgs<'a> {
 }
 
 impl<'a> DeviceArgs<'a> {
-    /// An empty argument list for a launch on `cuda`'s stream.
-    pub(crate) fn new(cuda: &'a Cuda) -> Self {
-        Self {
+    /// An empty argument list for a launch on `cuda`'s stream, once the stream can take it
+    /// (`Cuda::check_queue`: the right thread, no foreign graph capture).
+    pub(crate) fn new(cuda: &'a Cuda) -> Result<Self> {
+        cuda.check_queue(super::Work::Launch)?;
+        Ok(Self {
+            cuda,
             stream: &cuda.stream,
             guards: [const { None }; MAX_DEVICE_ARGS],
             held: 0,
             homes: [const { None }; MAX_DEVICE_ARGS],
             n_homes: 0,
-        }
+        })
     }
 
-    /// Admits a buffer of `home` (see `check_home`) and remembers `home` when it is another
-    /// stream.
-    fn admit(&mut self, param: &'static str, home: &Arc<CudaStream>) -> Result<()> {
-        self.check_home(param, home)?;
-        let other = home.cu_stream() != self.stream.cu_stream();
+    /// Admits a buffer of `home` ([`admit`]) and remembers `home` when it is another stream.
+    /// Returns the stream to take the buffer's address on: the launch's own, or, while a graph
+    /// is recorded, the stream it replays on, which is the buffer's (so cudarc's protocol runs
+    /// outside the capture).
+    fn admit(&mut self, param: &'static str, home: &Arc<CudaStream>) -> Result<&'a CudaStream> {
+        if admit(self.cuda, param, home)? == Home::Same {
+            return Ok(self.cuda.recording_for.as_deref().unwrap_or(self.stream));
+        }
         let known = self.homes[..self.n_homes].iter().any(|h| {
             h.as_ref()
                 .is_some_and(|h| h.cu_stream() == home.cu_stream())
         });
-        if other && !known {
+        if !known {
             self.homes[self.n_homes] = Some(home.clone()); // a reference count, no allocation
             self.n_homes += 1;
         }
-        Ok(())
-    }
-
-    fn check_home(&self, param: &'static str, home: &CudaStream) -> Result<()> {
-        let ours = self.stream;
-        if std::ptr::eq(home, ours) {
-            return Ok(()); // the backend's own stream object: same stream, same context
-        }
-        same_context(param, home, ours)?;
-        if home.cu_stream() != ours.cu_stream()
-            && !ours.context().is_managing_stream_synchronization()
-        {
-            return Err(Error::ForeignBuffer {
-                param,
-                reason: "it is ordered on another stream and the context tracks no events, so the launch could not be ordered after its writes or before its release; use one stream, or keep cudarc's event tracking on",
-            });
-        }
-        Ok(())
+        Ok(self.stream)
     }
 
     fn hold(&mut self, guard: SyncOnDrop<'a>) {
@@ -259,8 +303,8 @@ impl<'a> DeviceArgs<'a> {
         param: &'static str,
         view: &'a CudaView<'_, T>,
     ) -> Result<u64> {
-        self.admit(param, view.stream())?;
-        let (ptr, guard) = view.device_ptr(self.stream);
+        let on = self.admit(param, view.stream())?;
+        let (ptr, guard) = view.device_ptr(on);
         self.hold(guard);
         Ok(ptr)
     }
@@ -271,8 +315,8 @@ impl<'a> DeviceArgs<'a> {
         param: &'static str,
         view: &'a mut CudaViewMut<'_, T>,
     ) -> Result<u64> {
-        self.admit(param, view.stream())?;
-        let (ptr, guard) = view.device_ptr_mut(self.stream);
+        let on = self.admit(param, view.stream())?;
+        let (ptr, guard) = view.device_ptr_mut(on);
         self.hold(guard);
         Ok(ptr)
     }

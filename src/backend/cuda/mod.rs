@@ -7,12 +7,21 @@
 //! writes to its buffers and records its own uses (cudarc's protocol), so buffers of other
 //! streams are safe to pass; with tracking off (a single-stream engine's choice, and the fastest
 //! launches), buffers must be ordered on the backend's stream, which the launch checks.
+//!
+//! Every device access (launches, copies, allocations) goes through one admission rule
+//! (`launch::admit`): the buffer's stream and context are compared by what they are (CUDA
+//! handles and cudarc context objects), a per-thread default stream is bound to its thread,
+//! and a stream being captured into a CUDA graph by anyone but this crate's
+//! [`GraphRecorder`] takes no work (a graph captured elsewhere would keep raw addresses of
+//! buffers it does not borrow).
 
 mod foreign;
+mod graph;
 mod jit;
 mod launch;
 
 pub use foreign::ForeignDeviceBuffer;
+pub use graph::{Graph, GraphRecorder, IsCuda};
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
 pub(crate) use launch::DeviceArgs;
 pub use launch::{CudaKernel, LaunchShape};
@@ -20,6 +29,7 @@ pub use launch::{CudaKernel, LaunchShape};
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceSlice,
@@ -47,6 +57,14 @@ pub fn nvrtc_present() -> bool {
     true
 }
 
+/// The kernels one backend has loaded, by kernel type (shared with the backends that record
+/// graphs for it).
+type LoadedTable = Mutex<HashMap<TypeId, launch::LoadedKernel, launch::TypeIdHash>>;
+
+/// CUDA's handle of the per-thread default stream (`CU_STREAM_PER_THREAD`): one handle that
+/// names a different stream on every host thread.
+const PER_THREAD_STREAM: usize = 0x2;
+
 /// One GPU: its context, the stream all work goes to, and the kernels loaded on it.
 pub struct Cuda {
     ctx: Arc<CudaContext>,
@@ -55,7 +73,13 @@ pub struct Cuda {
     name: String,
     sm_count: u32,
     cache: KernelCache,
-    loaded: Mutex<HashMap<TypeId, launch::LoadedKernel, launch::TypeIdHash>>,
+    loaded: Arc<LoadedTable>,
+    /// For a backend on the per-thread default stream: the thread whose stream it is. Work
+    /// from any other thread is refused (it would land on that thread's stream).
+    thread: Option<ThreadId>,
+    /// For the backend a [`GraphRecorder`] captures on: the stream of the backend the graph
+    /// is recorded for, on which its buffers must be ordered and the graph replays.
+    recording_for: Option<Arc<CudaStream>>,
 }
 
 impl Cuda {
@@ -91,10 +115,16 @@ impl Cuda {
     }
 
     /// A backend that queues every launch on the caller's `stream` (and so in its context):
-    /// what the caller queued before a launch is visible to the kernel, what it queues after
-    /// sees the kernel's writes, and a graph captured from the stream contains the launches.
-    /// Kernels already compiled in this process are reused; nothing the context shares is
-    /// changed.
+    /// what the caller queued before a launch is visible to the kernel, and what it queues
+    /// after sees the kernel's writes. Kernels already compiled in this process are reused;
+    /// nothing the context shares is changed.
+    ///
+    /// The per-thread default stream (`CudaContext::per_thread_stream`, what candle's
+    /// `Device::new_cuda` uses) is a different stream on every host thread: a backend on it is
+    /// bound to the thread that calls `from_stream`, and work from another thread is an `Err`
+    /// naming the stream. To capture the backend's launches in a CUDA graph, record them with
+    /// [`Cuda::record_graph`]; a capture begun with cudarc's own API makes every launch and
+    /// copy an `Err` instead.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let arch = Self::arch_of(stream.context())?;
         Self::with_stream(stream, arch)
@@ -116,6 +146,8 @@ impl Cuda {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )?
             .max(1) as u32;
+        let thread =
+            (stream.cu_stream() as usize == PER_THREAD_STREAM).then(|| std::thread::current().id());
         Ok(Self {
             ctx,
             stream,
@@ -123,8 +155,60 @@ impl Cuda {
             name,
             sm_count,
             cache: KernelCache::from_env(),
-            loaded: Mutex::new(HashMap::default()),
+            loaded: Arc::new(Mutex::new(HashMap::default())),
+            thread,
+            recording_for: None,
         })
+    }
+
+    /// The same device, kernels and thread binding, queuing on `stream` while it records a
+    /// graph for this backend (see [`GraphRecorder`]).
+    fn recorder_on(&self, stream: Arc<CudaStream>) -> Self {
+        Self {
+            ctx: self.ctx.clone(),
+            stream,
+            arch: self.arch,
+            name: self.name.clone(),
+            sm_count: self.sm_count,
+            cache: self.cache.clone(),
+            loaded: self.loaded.clone(),
+            thread: self.thread,
+            recording_for: Some(self.stream.clone()),
+        }
+    }
+
+    /// `Ok` when this backend's stream can take `work` from the calling thread now: the
+    /// thread of a per-thread stream, and no graph capture the backend did not begin
+    /// (including the capture of another stream this one joined through an event).
+    pub(crate) fn check_queue(&self, work: Work) -> Result<()> {
+        if let Some(thread) = self.thread
+            && thread != std::thread::current().id()
+        {
+            return Err(Error::Stream {
+                stream: format!("the per-thread default stream of {thread:?}"),
+                reason: "that handle names another stream on every host thread, so work from this thread would not be ordered with the backend's; use the backend on the thread that made it, or give it a stream of its own (`CudaContext::new_stream`)",
+            });
+        }
+        if self.recording_for.is_some() {
+            return match work {
+                Work::Launch => Ok(()),
+                Work::Copy => Err(Error::Stream {
+                    stream: "a graph recorder's capture stream".into(),
+                    reason: "a graph records launches only",
+                }),
+            };
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the stream is live (held by `self`).
+        let status =
+            unsafe { cudarc::driver::result::stream::is_capturing(self.stream.cu_stream()) }?;
+        if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(Error::Stream {
+                stream: format!("{:#x}", self.stream.cu_stream() as usize),
+                reason: "it is being captured into a CUDA graph that would keep raw addresses of buffers it does not borrow; record typed launches with `Cuda::record_graph` instead",
+            });
+        }
+        Ok(())
     }
 
     /// The stream all of this backend's work is queued on (for graph capture and events).
@@ -161,6 +245,15 @@ impl Cuda {
     }
 }
 
+/// What a caller queues on the backend's stream (a graph recorder takes launches only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// A kernel launch.
+    Launch,
+    /// An allocation, a copy or a synchronization.
+    Copy,
+}
+
 impl<T> Buffer<T> for CudaSlice<T> {
     fn len(&self) -> usize {
         CudaSlice::len(self)
@@ -183,6 +276,7 @@ impl Backend for Cuda {
     type SliceMut<'a, T: Element> = CudaViewMut<'a, T>;
 
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
+        self.check_queue(Work::Copy)?;
         // cudarc computes the byte count as `len * size_of::<T>()` without a check: a length
         // whose byte count wraps would allocate a short buffer that still reports `len`.
         if len.checked_mul(std::mem::size_of::<T>()).is_none() {
@@ -195,21 +289,25 @@ impl Backend for Cuda {
     }
 
     fn upload<T: Element>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        self.check_queue(Work::Copy)?;
         Ok(self.stream.clone_htod(host)?)
     }
 
     fn download_slice<T: Element>(&self, slice: &CudaView<'_, T>) -> Result<Vec<T>> {
-        launch::same_context("the copied tensor", slice.stream(), &self.stream)?;
+        self.check_queue(Work::Copy)?;
+        launch::admit(self, "the copied tensor", slice.stream())?;
         Ok(self.stream.clone_dtoh(slice)?)
     }
 
     fn write_slice<T: Element>(&self, slice: &mut CudaViewMut<'_, T>, host: &[T]) -> Result<()> {
-        launch::same_context("the written tensor", slice.stream(), &self.stream)?;
+        self.check_queue(Work::Copy)?;
+        launch::admit(self, "the written tensor", slice.stream())?;
         Error::check_extent("host data", "elements", slice.len(), host.len())?;
         Ok(self.stream.memcpy_htod(host, slice)?)
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.check_queue(Work::Copy)?;
         Ok(self.stream.synchronize()?)
     }
 

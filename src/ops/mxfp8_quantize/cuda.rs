@@ -48,7 +48,7 @@ impl Mxfp8QuantizeLaunch for Cuda {
         if blocks == 0 {
             return Ok(());
         }
-        let mut args = DeviceArgs::new(self);
+        let mut args = DeviceArgs::new(self)?;
         let params = Mxfp8QuantizeParams {
             input: args.read_vectors("input", &input)?,
             data: args.write_vectors("data", &mut data)?,

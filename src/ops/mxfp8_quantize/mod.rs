@@ -8,6 +8,7 @@ mod cuda;
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
+use crate::backend::cuda::{GraphRecorder, IsCuda};
 use crate::dim::Dim;
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
@@ -87,5 +88,17 @@ impl<const WIDTH: usize> Mxfp8Quantize<WIDTH> {
                 scales: scales.as_slice_mut(),
             })
         }
+    }
+
+    /// Records the same call into a CUDA graph (after the same checks): the graph borrows the
+    /// three tensors until it is dropped, so none can be freed or swapped while it can replay.
+    pub fn record<'g, B: RunMxfp8Quantize + IsCuda, SI: Storage<B>, SO: StorageMut<B>>(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        input: &'g Tensor<B, bf16, Cols<WIDTH>, SI>,
+        data: &'g mut Tensor<B, F8E4M3, Cols<WIDTH>, SO>,
+        scales: &'g mut Tensor<B, E8M0, BlockScales<WIDTH>, SO>,
+    ) -> Result<()> {
+        graph.record(|cuda: &B| self.run(cuda, input, data, scales))
     }
 }

@@ -200,7 +200,13 @@ impl<B: Backend> ErrorCounter<B> {
 
     /// Sets the count back to zero.
     pub fn reset(&mut self, backend: &B) -> Result<()> {
-        self.count.write(backend, &[0])
+        self.set(backend, 0)
+    }
+
+    /// Sets the count to `value` (e.g. to carry a running total over). The count wraps at
+    /// 2^32 on every backend, as the device's `atomicAdd` does.
+    pub fn set(&mut self, backend: &B, value: u32) -> Result<()> {
+        self.count.write(backend, &[value])
     }
 
     /// The counter's one-element tensor (e.g. to copy it into an engine's own stats buffer).

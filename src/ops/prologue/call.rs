@@ -12,6 +12,7 @@ use super::{
     ConvSpec, Decode, Extend, Outputs, Prologue, PrologueKernel, QkvrLayout, RunPrologue, Store,
     Verify,
 };
+use crate::backend::cuda::{GraphRecorder, IsCuda};
 use crate::backend::{Backend, Cuda};
 use crate::dtype::{E8M0, F8E4M3, bf16};
 use crate::error::{Error, Result};
@@ -358,7 +359,7 @@ macro_rules! variant_entries {
         /// Every argument struct can hold owned tensors or views of the caller's buffers (its
         /// storage parameter), independently of the others.
         #[allow(clippy::too_many_arguments)]
-        pub fn run<B: RunPrologue, $($st: $bound<B>),*>(
+        pub fn run<'r, B: RunPrologue, $($st: $bound<B>),*>(
             &self,
             backend: &B,
             $($arg: $ty,)*
@@ -369,12 +370,25 @@ macro_rules! variant_entries {
             unsafe { backend.prologue::<Self>(call) }
         }
 
+        /// Records the same call into a CUDA graph (after the same checks as `run`): the graph
+        /// borrows every argument until it is dropped, so no tensor can be freed or swapped
+        /// while it can replay.
+        #[allow(clippy::too_many_arguments)]
+        pub fn record<'r, B: RunPrologue + IsCuda, $($st: $bound<B>),*>(
+            &self,
+            graph: &mut GraphRecorder<'r>,
+            $($arg: $ty,)*
+        ) -> Result<()>
+        {
+            graph.record(|cuda: &B| self.run(cuda, $($arg),*))
+        }
+
         /// The launches `run` would queue on `cuda`, as parameter blocks and shapes, after the
         /// same checks; nothing is queued. For replaying the call with raw driver launches
         /// (a benchmark's baseline, an engine's own graph), which is `unsafe` on the caller's
         /// side: the blocks hold raw device addresses of the buffers borrowed here.
         #[allow(clippy::too_many_arguments)]
-        pub fn launch_plan<B: PlansLaunches, $($st: $bound<B>),*>(
+        pub fn launch_plan<'r, B: PlansLaunches, $($st: $bound<B>),*>(
             &self,
             cuda: &B,
             $($arg: $ty,)*
@@ -397,13 +411,13 @@ where
         /// Runs the verify prologue: q/k/v out, windows saved, K/V stored at `loc`.
         [SW: Storage, SC: StorageMut, SB: Storage, SN: StorageMut, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C, SW>,
-            conv: &mut ConvState<B, DKV, C, SC>,
-            batch: &VerifyBatch<B, L, SB>,
-            windows: &mut VerifyWindows<B, DKV, C, SN>,
-            out: &mut S::Outputs<B, DQ, DKV, SO>,
-            kv: &mut S::Cache<B, DKV, SK>,
-            errors: Option<&mut ErrorCounter<B>>
+            weights: &'r PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &'r mut ConvState<B, DKV, C, SC>,
+            batch: &'r VerifyBatch<B, L, SB>,
+            windows: &'r mut VerifyWindows<B, DKV, C, SN>,
+            out: &'r mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &'r mut S::Cache<B, DKV, SK>,
+            errors: Option<&'r mut ErrorCounter<B>>
         )
     }
 
@@ -473,12 +487,12 @@ where
         /// Runs the extend prologue, then (if asked) the trailing conv-state update.
         [SW: Storage, SC: StorageMut, SB: Storage, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C, SW>,
-            conv: &mut ConvState<B, DKV, C, SC>,
-            batch: &ExtendBatch<B, L, C, SB>,
-            out: &mut S::Outputs<B, DQ, DKV, SO>,
-            kv: &mut S::Cache<B, DKV, SK>,
-            errors: Option<&mut ErrorCounter<B>>
+            weights: &'r PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &'r mut ConvState<B, DKV, C, SC>,
+            batch: &'r ExtendBatch<B, L, C, SB>,
+            out: &'r mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &'r mut S::Cache<B, DKV, SK>,
+            errors: Option<&'r mut ErrorCounter<B>>
         )
     }
 
@@ -534,12 +548,12 @@ where
         /// Runs the decode prologue: the conv state of each valid token is updated in place.
         [SW: Storage, SC: StorageMut, SB: Storage, SO: StorageMut, SK: StorageMut]
         (
-            weights: &PrologueWeights<B, HD, DKV, C, SW>,
-            conv: &mut ConvState<B, DKV, C, SC>,
-            batch: &DecodeBatch<B, L, SB>,
-            out: &mut S::Outputs<B, DQ, DKV, SO>,
-            kv: &mut S::Cache<B, DKV, SK>,
-            errors: Option<&mut ErrorCounter<B>>
+            weights: &'r PrologueWeights<B, HD, DKV, C, SW>,
+            conv: &'r mut ConvState<B, DKV, C, SC>,
+            batch: &'r DecodeBatch<B, L, SB>,
+            out: &'r mut S::Outputs<B, DQ, DKV, SO>,
+            kv: &'r mut S::Cache<B, DKV, SK>,
+            errors: Option<&'r mut ErrorCounter<B>>
         )
     }
 

@@ -105,6 +105,11 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
         mut variant,
         mut bad_index_count,
     } = call;
+    // No token, no work: the CUDA backend launches nothing then, so nothing is counted either.
+    if tokens == 0 {
+        return;
+    }
+    // Skipped indices, modulo 2^32 like the device's `atomicAdd` on its u32 counter.
     let mut bad = 0u32;
     let (dq, dkv, history) = (st.dq(), st.dkv(), st.w - 1);
 
@@ -113,7 +118,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
             -1 => None,
             i if i >= 0 && (i as usize) < conv_slots => Some(i as usize),
             _ => {
-                *bad += 1;
+                *bad = bad.wrapping_add(1);
                 None
             }
         }
@@ -148,13 +153,13 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                 };
                 let seq = seq_of_token[t];
                 if seq < 0 || seq as usize >= seqs {
-                    bad += 1;
+                    bad = bad.wrapping_add(1);
                     return Some(unresolved);
                 }
                 let seq = seq as usize;
                 let bos = cu_seqlens[seq];
                 if bos < 0 || bos > t as i64 {
-                    bad += 1;
+                    bad = bad.wrapping_add(1);
                     return Some(unresolved);
                 }
                 let slot = slot_of(cache_indices[seq], &mut bad);
@@ -248,7 +253,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
             continue;
         };
         if loc[t] >= slots as i64 {
-            bad += 1;
+            bad = bad.wrapping_add(1);
             continue;
         }
         if loc[t] < 0 || !ctx.store {
@@ -331,7 +336,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                         if i >= 0 && (i as usize) < conv_slots {
                             Some(i as usize)
                         } else {
-                            bad += 1;
+                            bad = bad.wrapping_add(1);
                             None
                         }
                     }
@@ -378,7 +383,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                     };
                     let (bos, eos) = (cu_seqlens[b], cu_seqlens[b + 1]);
                     if !(0 <= bos && bos <= eos && eos <= tokens as i64) {
-                        bad += 1;
+                        bad = bad.wrapping_add(1);
                         continue;
                     }
                     let qlen = (eos - bos) as usize;
@@ -412,9 +417,10 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
                     let window_rows: Vec<Option<usize>> = (0..history)
                         .map(|w| row_of(rows[b * history + w]))
                         .collect();
-                    bad += window_rows.iter().filter(|r| r.is_none()).count() as u32;
+                    bad =
+                        bad.wrapping_add(window_rows.iter().filter(|r| r.is_none()).count() as u32);
                     if d < 0 || d as usize >= conv_slots {
-                        bad += 1;
+                        bad = bad.wrapping_add(1);
                         continue;
                     }
                     let Some(window_rows) = window_rows.into_iter().collect::<Option<Vec<usize>>>()
@@ -435,7 +441,7 @@ fn run(st: &PrologueStatics, call: PrologueCall<'_, Cpu>) {
     }
 
     if let Some(counter) = bad_index_count.as_mut() {
-        counter[0] += bad;
+        counter[0] = counter[0].wrapping_add(bad);
     }
 }
 

@@ -208,7 +208,7 @@ impl PrologueLaunchEntry for Cuda {
         if call.tokens == 0 {
             return Ok(());
         }
-        let mut args = DeviceArgs::new(self);
+        let mut args = DeviceArgs::new(self)?;
         let launch = fill_params::<K>(&mut args, &mut call)?;
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
@@ -227,7 +227,7 @@ pub(crate) fn prologue_launch<K: PrologueKernel>(
     cuda: &Cuda,
     mut call: PrologueCall<'_, Cuda>,
 ) -> Result<PrologueLaunch> {
-    let mut args = DeviceArgs::new(cuda);
+    let mut args = DeviceArgs::new(cuda)?;
     fill_params::<K>(&mut args, &mut call)
 }
 

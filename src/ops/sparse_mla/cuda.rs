@@ -268,7 +268,7 @@ impl SparseMlaLaunch for Cuda {
             mut max_logits,
             mut lse,
         } = call;
-        let mut args = DeviceArgs::new(self);
+        let mut args = DeviceArgs::new(self)?;
         let params = SparseMlaParams {
             q: args.read_vectors("q", &q)?,
             kv: args.read_vectors("kv", &kv)?,

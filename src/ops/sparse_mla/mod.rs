@@ -17,6 +17,7 @@ pub use cuda::{SparseMlaKernel, SparseMlaNarrow64Kernel};
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
+use crate::backend::cuda::{GraphRecorder, IsCuda};
 use crate::backend::sealed::Sealed;
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
@@ -232,6 +233,24 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
                 lse: lse.as_slice_mut(),
             })
         }
+    }
+
+    /// Records the same call into a CUDA graph (after the same checks): the graph borrows the
+    /// inputs, the latent KV and the outputs until it is dropped, so none can be freed or
+    /// swapped while it can replay.
+    pub fn record<'g, B, SI: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        inputs: &'g SparseMlaInputs<B, D_QK, HEADS, TOPK, O, SI>,
+        kv: &'g MlaLatentKv<B, D_QK, SK>,
+        out: &'g mut Tensor<B, bf16, OutRow<HEADS>, SO>,
+        max_logits: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
+        lse: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
+    ) -> Result<()>
+    where
+        B: RunSparseMla + IsCuda,
+    {
+        graph.record(|cuda: &B| self.run(cuda, inputs, kv, out, max_logits, lse))
     }
 }
 
