@@ -180,7 +180,14 @@ fn a_foreign_capture_takes_no_work() {
             "{err}"
         );
     }
-    assert!(graph.is_none(), "nothing was captured");
+    // Nothing joined the capture: replaying its graph leaves the outputs poisoned.
+    if let Some(graph) = graph {
+        graph.launch().unwrap();
+    }
+    g.synchronize().unwrap();
+    let poisoned = encoded(&g, &data, &scales);
+    assert!(poisoned[..ROWS * W].iter().all(|&b| b == 0x7F));
+    assert!(poisoned[ROWS * W..].iter().all(|&b| b == 0xFF));
     op.run(&g, &input, &mut data, &mut scales).unwrap();
     assert_eq!(encoded(&g, &data, &scales), expected);
 }

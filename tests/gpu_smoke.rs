@@ -99,11 +99,13 @@ fn disk_cache_round_trip() {
     let g = gpu();
     g.precompile::<shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel<256>>()
         .unwrap();
-    let files = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
-    assert!(
-        files >= 2,
-        "expected a cubin and its name in {}",
-        dir.display()
-    );
+    let entries = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "kernel"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert!(entries >= 1, "expected a kernel entry in {}", dir.display());
     let _ = std::fs::remove_dir_all(&dir);
 }

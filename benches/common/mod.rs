@@ -89,6 +89,34 @@ pub fn write_json(file: &str, records: &[Record]) {
     eprintln!("wrote {}", path.display());
 }
 
+/// Queues one raw `cuLaunchKernel` of `function` with the parameter block `params` on the
+/// benchmark's stream.
+///
+/// # Safety
+/// `params` is the parameter block of a checked call of `function`'s kernel (`launch_plan`),
+/// launched with that call's `shape`, and its buffers outlive the launch.
+pub unsafe fn raw_launch<P: Copy>(
+    g: &Cuda,
+    function: sys::CUfunction,
+    shape: shapeproof::backend::cuda::LaunchShape,
+    params: &P,
+) {
+    let mut block = *params;
+    let mut args = [&mut block as *mut P as *mut std::ffi::c_void];
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        cudarc::driver::result::launch_kernel(
+            function,
+            shape.grid,
+            shape.block,
+            shape.smem_bytes,
+            g.stream().cu_stream(),
+            &mut args,
+        )
+        .unwrap()
+    };
+}
+
 /// Host µs per launch of `n` raw `cuLaunchKernel`s of `function` with `plan`'s parameter block:
 /// the baseline the typed launch is measured against.
 ///

@@ -156,9 +156,10 @@ pub(crate) enum Home {
 ///   bound to that handle on this thread ([`Cuda::from_stream`]); otherwise which stream it
 ///   names depends on the thread that used it, and it is refused.
 /// - A buffer on the same stream (the same CUDA handle in the same context) needs nothing.
-/// - A buffer of another stream is ordered by cudarc's events, which cudarc consults only
-///   through the *buffer's* context object: it is admitted when that object is the backend's
-///   own and tracks events, so both sides of the protocol agree.
+/// - A buffer of another stream is ordered by cudarc's events: cudarc waits for them when the
+///   *buffer's* context object tracks events and records the launch's use when the *launch
+///   stream's* object does, so it is admitted only when both do (two objects of one CUDA
+///   context, e.g. `Cuda::new` beside a candle device, can disagree).
 /// - While a graph is recorded, every buffer must be ordered on the stream the graph replays
 ///   on: a replay cannot wait for other streams' events.
 pub(crate) fn admit(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Result<Home> {
@@ -192,17 +193,16 @@ pub(crate) fn admit(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Resu
             reason: "it is ordered on another stream than the backend's, and a graph replays on the backend's stream without waiting for other streams; allocate it on the backend's stream",
         });
     }
-    if !Arc::ptr_eq(home.context(), ours.context()) {
-        return Err(Error::ForeignBuffer {
-            param,
-            reason: "it is ordered on another stream of another cudarc context object (the same CUDA context opened twice), whose event tracking cudarc follows for this buffer, not the backend's; make the buffer and the backend from one `CudaContext`, or use the buffer's own stream",
-        });
-    }
-    if !ours.context().is_managing_stream_synchronization() {
-        return Err(Error::ForeignBuffer {
-            param,
-            reason: "it is ordered on another stream and the context tracks no events, so the launch could not be ordered after its writes or before its release; use one stream, or keep cudarc's event tracking on",
-        });
+    // cudarc waits for a buffer's events when the *buffer's* context object tracks them, and
+    // records the launch's use when the *launch stream's* object does: both must.
+    let tracked = |s: &CudaStream| s.context().is_managing_stream_synchronization();
+    if !(tracked(home) && tracked(ours)) {
+        let reason = if Arc::ptr_eq(home.context(), ours.context()) {
+            "it is ordered on another stream and the context tracks no events, so the launch could not be ordered after its writes or before its release; use one stream, or keep cudarc's event tracking on"
+        } else {
+            "it is ordered on another stream of another cudarc context object of the same CUDA context (the context opened twice), and the two objects do not both track events, so cudarc would not order the launch against the buffer's other uses; use the buffer's own stream, or one `CudaContext` for both"
+        };
+        return Err(Error::ForeignBuffer { param, reason });
     }
     Ok(Home::Other)
 }
