@@ -172,7 +172,7 @@ fn main() {
         ds::D_QK,
         ds::TOPK
     );
-    let flops = |s_q: usize| ds::SparseMla::<shapeproof::ops::sparse_mla::Plain>::flops(s_q);
+    let flops = |s_q: usize| ds::SparseMla::flops(s_q);
     // SAFETY: a single-stream program: every buffer lives and is used on the backend's stream.
     let gpu = unsafe { Cuda::new_untracked(0) };
     match gpu {

@@ -5,7 +5,10 @@
 //! failed compilation or launch). Each variant names the parameter and both values.
 
 /// Every failure the library reports at run time.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same sentence as `Display` (what `fn main() -> shapeproof::Result<()>`
+/// shows for an error it returns); match on the variants for the fields.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// A buffer's extent disagrees with the extent the rest of the call fixes.
     #[error("`{param}`: expected {expected} {what}, got {actual}")]
@@ -110,6 +113,12 @@ pub enum Error {
         /// What went wrong.
         source: std::io::Error,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// The library's result type.

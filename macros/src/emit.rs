@@ -256,9 +256,10 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         /// `INDEX_TOPK` rounded up to a multiple of 128: the width of the index rows (pad with -1).
         pub const TOPK: usize = #topk;
 
-        /// The FP8 sparse MLA prefill of this model on one rank, with options `O`
-        /// (`Plain`, `WithLength`, `WithLengthAndSink`).
-        pub type SparseMla<O = #mla::Plain> = #mla::SparseMlaPrefill<#d_qk, #hq_padded, #topk, O, #hq>;
+        /// The FP8 sparse MLA prefill of this model on one rank (no options: `SparseMla::new()`).
+        pub type SparseMla = SparseMlaWith<#mla::Plain>;
+        /// The same prefill with options `O` (`Plain`, `WithLength`, `WithLengthAndSink`).
+        pub type SparseMlaWith<O> = #mla::SparseMlaPrefill<#d_qk, #hq_padded, #topk, O, #hq>;
         /// The latent KV cache of one layer, on backend `B`.
         pub type KvCache<B> = ::shapeproof::layout::MlaLatentKv<B, #d_qk>;
 
@@ -269,7 +270,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
                     == HQ
             );
             fn _kernel_satisfies_its_rules() {
-                let _ = SparseMla::<#mla::Plain>::new();
+                let _ = SparseMla::new();
             }
         };
     }

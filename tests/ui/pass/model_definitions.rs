@@ -98,7 +98,10 @@ fn main() {
     let _ = inkling_tp8::sliding::Prologue::<Extend>::new();
     let _ = inkling_tp1::DecodePrologue::new();
     let _ = small_hd64::Prologue::<Decode>::new();
-    let _ = deepseek_v32_tp8::SparseMla::<WithLength>::new();
+    let _ = deepseek_v32_tp8::SparseMlaWith::<WithLength>::new();
+    // Every generated alias is usable as `Alias::new()`, with no annotation.
+    let _ = deepseek_v32_tp8::SparseMla::new();
+    let _ = inkling_tp8::global::VerifyPrologue::new();
     let _cache = inkling_tp8::sliding::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
     let _cache = small_hd64::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
 }
