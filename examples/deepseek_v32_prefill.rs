@@ -26,8 +26,9 @@ shapeproof::model! {
 
 use deepseek_v32_tp8 as ds;
 
-/// Softmax scale of absorbed MLA: 1/sqrt(128 + 64) times the YaRN mscale² (spec §4.3).
-const SM_SCALE: f32 = 0.1352;
+/// Softmax scale of absorbed MLA, derived by `model!` from the config: 1/sqrt(128 + 64) times the
+/// YaRN mscale² (spec §4.3), 0.1352.
+const SM_SCALE: f32 = ds::SM_SCALE;
 
 /// One prefill chunk: `s_q` new tokens after `prefix` cached ones; query row `i` selects up to
 /// TOPK of the `prefix + i + 1` rows it may see (the DSA indexer's choice, here random), padded

@@ -24,6 +24,8 @@ const MODEL_KEYS: &[&str] = &[
     "kv_lora_rank",
     "qk_rope_head_dim",
     "index_topk",
+    "qk_nope_head_dim",
+    "rope_scaling",
     "tensor_parallel",
     "page_size",
     "kv_store",
@@ -107,6 +109,24 @@ pub struct MlaModel {
     pub qk_rope_head_dim: Sourced<u64>,
     /// Top-k rows each query attends to.
     pub index_topk: Sourced<u64>,
+    /// The softmax scale of the model's q·k, when its config gives `qk_nope_head_dim`
+    /// (DeepSeek's rule, YaRN included; see `softmax_scale`).
+    pub softmax_scale: Option<f64>,
+}
+
+/// DeepSeek's softmax scale: `1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)` (the q·k head dim
+/// before absorption), times `mscale²` under YaRN rope scaling with `mscale_all_dim` set, where
+/// `mscale = 0.1 · mscale_all_dim · ln(factor) + 1` for a factor above 1 (else 1).
+pub fn softmax_scale(nope: u64, rope: u64, yarn: Option<(f64, f64)>) -> f64 {
+    let mut scale = 1.0 / (nope.saturating_add(rope) as f64).sqrt();
+    if let Some((factor, mscale_all_dim)) = yarn
+        && mscale_all_dim != 0.0
+        && factor > 1.0
+    {
+        let mscale = 0.1 * mscale_all_dim * factor.ln() + 1.0;
+        scale *= mscale * mscale;
+    }
+    scale
 }
 
 impl Model {
@@ -150,6 +170,30 @@ fn read_mla(map: &mut Map, name: Span) -> syn::Result<MlaModel> {
         at: Origin::inline(name, "qk_rope_head_dim"),
     });
     let index_topk = required(map, "index_topk", name, "the sparse top-k width")?;
+    let nope = map.int("qk_nope_head_dim")?;
+    let yarn = match map.map("rope_scaling")? {
+        None => None,
+        Some(mut scaling) => {
+            let factor = scaling.number("factor")?;
+            let mscale_all_dim = scaling.number("mscale_all_dim")?;
+            // Only these two keys shape the softmax scale; the others of a Hugging Face
+            // `rope_scaling` (type, beta_fast, original_max_position_embeddings, …) are for RoPE.
+            scaling.entries.clear();
+            factor.map(|f| (f.value, mscale_all_dim.map_or(0.0, |m| m.value)))
+        }
+    };
+    if let Some(n) = &nope
+        && n.value == 0
+        && qk_rope_head_dim.value == 0
+    {
+        return Err(n.at.error(
+            "`qk_nope_head_dim` 0 with no RoPE channels gives q·k no channels",
+            "the softmax scale is 1/sqrt(qk_nope_head_dim + qk_rope_head_dim); give the model's value (DeepSeek V3.2: 128)",
+        ));
+    }
+    let softmax_scale = nope
+        .as_ref()
+        .map(|nope| softmax_scale(nope.value, qk_rope_head_dim.value, yarn));
     // Keys of a Hugging Face MLA config that the sparse MLA kernel does not use.
     for unused in ["num_key_value_heads", "head_dim", "hidden_size"] {
         map.take(unused);
@@ -175,6 +219,7 @@ fn read_mla(map: &mut Map, name: Span) -> syn::Result<MlaModel> {
         kv_lora_rank,
         qk_rope_head_dim,
         index_topk,
+        softmax_scale,
     })
 }
 

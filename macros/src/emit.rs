@@ -238,6 +238,15 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
     let topk = lit(k.topk);
     let tp = lit(tp);
     let mla = quote!(::shapeproof::ops::sparse_mla);
+    let sm_scale = k.softmax_scale.map(|scale| {
+        let value = proc_macro2::Literal::f32_suffixed(scale as f32);
+        quote! {
+            /// The softmax scale of q·k the config implies (the `sm_scale` of
+            /// `SparseMlaInputs::new`): `1/sqrt(qk_nope_head_dim + qk_rope_head_dim)`, times
+            /// the YaRN `mscale²` when `rope_scaling` has `factor` and `mscale_all_dim`.
+            pub const SM_SCALE: f32 = #value;
+        }
+    });
     quote! {
         /// Query heads of the whole model.
         pub const HEADS: usize = #heads;
@@ -255,6 +264,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub const INDEX_TOPK: usize = #index_topk;
         /// `INDEX_TOPK` rounded up to a multiple of 128: the width of the index rows (pad with -1).
         pub const TOPK: usize = #topk;
+        #sm_scale
 
         /// The FP8 sparse MLA prefill of this model on one rank (no options: `SparseMla::new()`).
         pub type SparseMla = SparseMlaWith<#mla::Plain>;

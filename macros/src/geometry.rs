@@ -111,6 +111,8 @@ pub struct MlaKind {
     pub qk_rope_head_dim: u64,
     /// The model's top-k.
     pub index_topk: u64,
+    /// The softmax scale the config implies, when it gives `qk_nope_head_dim`.
+    pub softmax_scale: Option<f64>,
     /// Top-k rounded up to a multiple of 128 (indices padded with -1).
     pub topk: u64,
 }
@@ -390,5 +392,6 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
         qk_rope_head_dim: rope.value,
         index_topk: k.value,
         topk,
+        softmax_scale: model.softmax_scale,
     })
 }

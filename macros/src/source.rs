@@ -75,6 +75,8 @@ pub struct Sourced<T> {
 pub enum Node {
     /// A non-negative whole number.
     Int(u64),
+    /// Any other number (a JSON float, an inline `1.0`).
+    Float(f64),
     /// `true` / `false`.
     Bool(bool),
     /// A word or a string.
@@ -90,6 +92,7 @@ impl Node {
     fn describe(&self) -> String {
         match self {
             Node::Int(v) => format!("the number {v}"),
+            Node::Float(v) => format!("the number {v}"),
             Node::Bool(v) => format!("`{v}`"),
             Node::Word(w) => format!("`{w}`"),
             Node::Map(_) => "a map".to_string(),
@@ -134,6 +137,7 @@ impl Map {
                         "shapes are counted in whole, non-negative numbers",
                     )
                 })?),
+                Value::Float(lit) => Node::Float(lit.base10_parse::<f64>()?),
                 Value::Bool(lit) => Node::Bool(lit.value),
                 Value::Word(word) => Node::Word(word.to_string()),
                 Value::Str(lit) => Node::Word(lit.value()),
@@ -162,9 +166,10 @@ impl Map {
             .map(|(key, value)| {
                 let origin = at.child(at.span, key);
                 let node = match value {
-                    serde_json::Value::Number(n) => match n.as_u64() {
-                        Some(v) => Node::Int(v),
-                        None => Node::Other("a number that is not a whole non-negative number"),
+                    serde_json::Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+                        (Some(v), _) => Node::Int(v),
+                        (None, Some(v)) => Node::Float(v),
+                        (None, None) => Node::Other("a number out of range"),
                     },
                     serde_json::Value::Bool(b) => Node::Bool(*b),
                     serde_json::Value::String(s) => Node::Word(s.clone()),
@@ -213,6 +218,15 @@ impl Map {
     pub fn int(&mut self, key: &str) -> syn::Result<Option<Sourced<u64>>> {
         self.typed(key, "a number such as `128`", |node| match node {
             Node::Int(v) => Ok(v),
+            other => Err(other),
+        })
+    }
+
+    /// The number at `key` (whole or not), if present.
+    pub fn number(&mut self, key: &str) -> syn::Result<Option<Sourced<f64>>> {
+        self.typed(key, "a number such as `40` or `1.0`", |node| match node {
+            Node::Int(v) => Ok(v as f64),
+            Node::Float(v) => Ok(v),
             other => Err(other),
         })
     }

@@ -6,7 +6,7 @@
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Attribute, Ident, LitBool, LitInt, LitStr, Token, Visibility, braced};
+use syn::{Attribute, Ident, LitBool, LitFloat, LitInt, LitStr, Token, Visibility, braced};
 
 /// Every model item of one invocation.
 pub struct Models(pub Vec<ModelItem>);
@@ -35,6 +35,8 @@ pub struct Entry {
 pub enum Value {
     /// A number such as `128`.
     Int(LitInt),
+    /// A number with a fraction such as `1.0` (the YaRN `mscale_all_dim`).
+    Float(LitFloat),
     /// `true` or `false`.
     Bool(LitBool),
     /// A bare word such as `mxfp8`.
@@ -50,6 +52,7 @@ impl Value {
     pub fn span(&self) -> Span {
         match self {
             Value::Int(v) => v.span(),
+            Value::Float(v) => v.span(),
             Value::Bool(v) => v.span(),
             Value::Word(v) => v.span(),
             Value::Str(v) => v.span(),
@@ -111,6 +114,8 @@ impl Parse for Value {
         let lookahead = input.lookahead1();
         if lookahead.peek(LitInt) {
             input.parse().map(Value::Int)
+        } else if lookahead.peek(LitFloat) {
+            input.parse().map(Value::Float)
         } else if lookahead.peek(LitBool) {
             input.parse().map(Value::Bool)
         } else if lookahead.peek(LitStr) {

@@ -86,6 +86,8 @@ assert_type_eq_all!(inkling_json_tp4::sliding::Prologue<Decode>, inkling_tp4::sl
 const _: () = {
     use deepseek_v32_tp8 as ds;
     assert!(ds::HEADS == 128 && ds::HQ == 16 && ds::HQ_PADDED == 16);
+    // The softmax scale of its config: 1/sqrt(192) · (0.1 · ln 40 + 1)² = 0.13523.
+    assert!(ds::SM_SCALE > 0.13522 && ds::SM_SCALE < 0.13524);
     assert!(ds::D_QK == 576 && ds::TOPK == 2048);
 };
 
