@@ -13,12 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/nvrtc.sh
 # What keeps the run inside its disk budget on a fresh machine: no incremental caches (a
-# one-shot build never reuses them) and line tables instead of full debug info (backtraces
-# keep their file and line). Set here, not in Cargo.toml, so a developer's builds keep theirs;
-# trybuild's nested builds inherit them.
+# one-shot build never reuses them) and no debug info (a failing test still names its file
+# and line: panic locations do not need it). Set here, not in Cargo.toml, so a developer's
+# builds keep theirs; trybuild's nested builds inherit them.
 export CARGO_INCREMENTAL=0
-export CARGO_PROFILE_DEV_DEBUG=line-tables-only
-export CARGO_PROFILE_TEST_DEBUG=line-tables-only
+export CARGO_PROFILE_DEV_DEBUG=false
+export CARGO_PROFILE_TEST_DEBUG=false
 
 step() { echo "== $(date +%T) $*"; }
 
