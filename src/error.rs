@@ -157,3 +157,21 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// What `fn main() -> shapeproof::Result<()>` prints for a returned error is the sentence.
+    #[test]
+    fn debug_reads_like_display() {
+        let e = Error::Extent {
+            param: "loc",
+            what: "elements",
+            expected: 12,
+            actual: 11,
+        };
+        assert_eq!(format!("{e:?}"), "`loc`: expected 12 elements, got 11");
+        assert_eq!(format!("{e:?}"), e.to_string());
+    }
+}
