@@ -252,11 +252,12 @@ fn weights(g: &Cuda, rng: &mut StdRng) -> PrologueWeights<Cuda, 128, DKV, Conv> 
     .unwrap()
 }
 
-macro_rules! run_verify {
-    ($kernel:expr, $g:expr, $w:expr, $c:expr) => {{
+/// `$method` (`run` or `launch_plan`) of a verify kernel on case `$c`, unwrapped.
+macro_rules! verify_call {
+    ($method:ident, $kernel:expr, $g:expr, $w:expr, $c:expr) => {{
         let c = &mut $c;
         $kernel
-            .run(
+            .$method(
                 $g,
                 $w,
                 &mut c.conv,
@@ -270,22 +271,12 @@ macro_rules! run_verify {
     }};
 }
 
+macro_rules! run_verify {
+    ($($t:tt)*) => { verify_call!(run, $($t)*) };
+}
+
 macro_rules! plan_verify {
-    ($kernel:expr, $g:expr, $w:expr, $c:expr) => {{
-        let c = &mut $c;
-        $kernel
-            .launch_plan(
-                $g,
-                $w,
-                &mut c.conv,
-                &c.batch,
-                &mut c.windows,
-                &mut c.out,
-                &mut c.kv,
-                None,
-            )
-            .unwrap()
-    }};
+    ($($t:tt)*) => { verify_call!(launch_plan, $($t)*) };
 }
 
 macro_rules! plan_extend {

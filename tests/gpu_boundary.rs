@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream};
-use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dtype::{E8M0, F8E4M3, bf16};
 use shapeproof::ops::mxfp8_quantize::Mxfp8Quantize;
 use shapeproof::tensor::{BlockScales, Cols, Tensor};
@@ -46,36 +46,7 @@ fn garbage_index_values_are_guarded() {
     common::boundary::hostile_index_values(&g, &mut rng);
 }
 
-const W: usize = 256;
-const ROWS: usize = 300;
-
-/// Random bf16 rows and their CPU encoding.
-fn quantize_case(seed: &str) -> (Vec<bf16>, Vec<u8>) {
-    let mut rng = common::rng(seed);
-    let x = common::bf16_normal(&mut rng, ROWS * W, 0.0, 3.0);
-    let input = Tensor::<Cpu, bf16, Cols<W>>::from_host(&Cpu, "x", &x, ROWS).unwrap();
-    let mut data = Tensor::<Cpu, F8E4M3, Cols<W>>::zeros(&Cpu, ROWS).unwrap();
-    let mut scales = Tensor::<Cpu, E8M0, BlockScales<W>>::zeros(&Cpu, ROWS).unwrap();
-    Mxfp8Quantize::<W>::new()
-        .run(&Cpu, &input, &mut data, &mut scales)
-        .unwrap();
-    (x, encoded(&Cpu, &data, &scales))
-}
-
-fn encoded<B: Backend>(
-    b: &B,
-    data: &Tensor<B, F8E4M3, Cols<W>>,
-    scales: &Tensor<B, E8M0, BlockScales<W>>,
-) -> Vec<u8> {
-    let mut bytes: Vec<u8> = data
-        .to_host(b)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    bytes.extend(scales.to_host(b).unwrap().iter().map(|s| s.0));
-    bytes
-}
+use common::quantize::{ROWS, W, case as quantize_case, encoded};
 
 /// Runs the quantize op on `on`, with tensors allocated by `from`; poisoned outputs.
 fn quantize_across(on: &Cuda, from: &Cuda, x: &[bf16]) -> shapeproof::Result<Vec<u8>> {

@@ -10,13 +10,12 @@ mod common;
 
 use cudarc::driver::{CudaContext, sys};
 use shapeproof::backend::cuda::KernelCache;
-use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dtype::{E8M0, F8E4M3, bf16};
 use shapeproof::ops::mxfp8_quantize::Mxfp8Quantize;
 use shapeproof::tensor::{BlockScales, Cols, Tensor};
 
-const W: usize = 256;
-const ROWS: usize = 300;
+use common::quantize::{ROWS, W, case, encoded};
 
 type Input = Tensor<Cuda, bf16, Cols<W>>;
 type Data = Tensor<Cuda, F8E4M3, Cols<W>>;
@@ -26,26 +25,6 @@ fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
 }
 
-/// Random bf16 rows and their CPU encoding (data bytes, then scale bytes).
-fn case(seed: &str) -> (Vec<bf16>, Vec<u8>) {
-    let mut rng = common::rng(seed);
-    let x = common::bf16_normal(&mut rng, ROWS * W, 0.0, 3.0);
-    let input = Tensor::<Cpu, bf16, Cols<W>>::from_host(&Cpu, "x", &x, ROWS).unwrap();
-    let mut data = Tensor::<Cpu, F8E4M3, Cols<W>>::zeros(&Cpu, ROWS).unwrap();
-    let mut scales = Tensor::<Cpu, E8M0, BlockScales<W>>::zeros(&Cpu, ROWS).unwrap();
-    Mxfp8Quantize::<W>::new()
-        .run(&Cpu, &input, &mut data, &mut scales)
-        .unwrap();
-    let mut bytes: Vec<u8> = data
-        .to_host(&Cpu)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    bytes.extend(scales.to_host(&Cpu).unwrap().iter().map(|s| s.0));
-    (x, bytes)
-}
-
 /// Input, and poisoned outputs, allocated by `b`.
 fn tensors(b: &Cuda, x: &[bf16]) -> (Input, Data, Scales) {
     (
@@ -53,17 +32,6 @@ fn tensors(b: &Cuda, x: &[bf16]) -> (Input, Data, Scales) {
         Tensor::filled(b, ROWS, F8E4M3::from_bits(0x7F)).unwrap(),
         Tensor::filled(b, ROWS, E8M0(0xFF)).unwrap(),
     )
-}
-
-fn encoded(b: &Cuda, data: &Data, scales: &Scales) -> Vec<u8> {
-    let mut bytes: Vec<u8> = data
-        .to_host(b)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect();
-    bytes.extend(scales.to_host(b).unwrap().iter().map(|s| s.0));
-    bytes
 }
 
 /// A user's source compiled through the public cache under a library kernel's instantiation
@@ -195,7 +163,8 @@ fn a_foreign_capture_takes_no_work() {
 /// A backend on the per-thread default stream is bound to the thread that made it: from
 /// another thread its launches and copies are errors naming the stream (they would land on
 /// that thread's stream, unordered with the backend's); on its thread it runs. A buffer of a
-/// per-thread stream is refused by a backend of another stream.
+/// per-thread stream is refused by a backend of another stream, and by a per-thread backend of
+/// another thread.
 #[test]
 fn a_per_thread_stream_backend_is_bound_to_its_thread() {
     let (x, expected) = case("a_per_thread_stream_backend_is_bound_to_its_thread");
@@ -216,6 +185,14 @@ fn a_per_thread_stream_backend_is_bound_to_its_thread() {
                     "{err}"
                 );
             }
+            // A per-thread backend of this thread has the same handle but another stream.
+            let here = Cuda::from_stream(ctx.per_thread_stream()).unwrap();
+            let (mut d, mut s) = (Data::zeros(&here, ROWS).unwrap(), Scales::zeros(&here, ROWS).unwrap());
+            let err = op.run(&here, &input, &mut d, &mut s).unwrap_err().to_string();
+            assert!(
+                err.starts_with("`input`: the buffer cannot be used by this backend: it is ordered on the per-thread default stream"),
+                "{err}"
+            );
         });
     });
     op.run(&g, &input, &mut data, &mut scales).unwrap();

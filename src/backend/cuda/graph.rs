@@ -45,13 +45,19 @@ use crate::error::{Error, Result};
 
 /// The backend a graph is recorded on: implemented by [`Cuda`] only, so an op's `record` can
 /// be generic over the same backend parameter as its `run` and still name CUDA.
-pub trait IsCuda: crate::backend::Backend + crate::backend::sealed::Sealed + Sized {
+pub trait IsCuda: crate::backend::Backend + seal::OnlyCuda + Sized {
     /// `cuda` as `Self` (the identity).
     #[doc(hidden)]
     fn from_cuda(cuda: &Cuda) -> &Self;
 }
 
-impl crate::backend::sealed::Sealed for Cuda {}
+/// The seal of [`IsCuda`], apart from the crate's shared seal so that the types listed in that
+/// one's diagnostics stay the ones a kernel trusts.
+mod seal {
+    pub trait OnlyCuda {}
+    impl OnlyCuda for super::Cuda {}
+}
+
 impl IsCuda for Cuda {
     fn from_cuda(cuda: &Cuda) -> &Self {
         cuda
@@ -91,7 +97,7 @@ pub struct Graph<'g> {
     owner: &'g Cuda,
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
-    launches: usize,
+    nodes: usize,
     _borrows: PhantomData<&'g mut ()>,
 }
 
@@ -173,7 +179,7 @@ impl<'g> GraphRecorder<'g> {
             owner: self.owner,
             graph,
             exec,
-            launches: nodes,
+            nodes,
             _borrows: PhantomData,
         })
     }
@@ -224,7 +230,7 @@ impl Graph<'_> {
 
     /// Nodes of the graph (kernel launches; an op can launch more than one kernel).
     pub fn nodes(&self) -> usize {
-        self.launches
+        self.nodes
     }
 }
 

@@ -152,9 +152,9 @@ pub(crate) enum Home {
 ///
 /// - The buffer must belong to the backend's CUDA context (another device's memory would
 ///   otherwise be reached through unified addressing).
-/// - A buffer of the per-thread default stream is on "the same stream" only for a backend
-///   bound to that handle on this thread ([`Cuda::from_stream`]); otherwise which stream it
-///   names depends on the thread that used it, and it is refused.
+/// - A buffer of the per-thread default stream is on "the same stream" only for the backend
+///   made from its very stream object, bound to its thread ([`Cuda::from_stream`]); otherwise
+///   which stream it names depends on the thread that used it, and it is refused.
 /// - A buffer on the same stream (the same CUDA handle in the same context) needs nothing.
 /// - A buffer of another stream is ordered by cudarc's events: cudarc waits for them when the
 ///   *buffer's* context object tracks events and records the launch's use when the *launch
@@ -175,13 +175,15 @@ pub(crate) fn admit(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Resu
     }
     let target = cuda.recording_for.as_deref().unwrap_or(ours);
     if home.cu_stream() as usize == super::PER_THREAD_STREAM {
-        // `check_queue` has confirmed that a bound backend is used on its own thread.
-        if cuda.thread.is_some() && target.cu_stream() == home.cu_stream() {
+        // The handle alone does not say which thread's stream the buffer was ordered on: only
+        // the bound backend's own stream object (whose every use `check_queue` keeps on its
+        // thread) does. A per-thread backend of another thread has another object.
+        if std::ptr::eq(home, target) {
             return Ok(Home::Same);
         }
         return Err(Error::ForeignBuffer {
             param,
-            reason: "it is ordered on the per-thread default stream, which names another stream on every host thread; use it with a backend made on that thread from the same handle, or allocate it on a stream of its own",
+            reason: "it is ordered on the per-thread default stream, which names another stream on every host thread; use it with the backend whose stream allocated it, or allocate it on a stream of its own",
         });
     }
     if home.cu_stream() == target.cu_stream() {
