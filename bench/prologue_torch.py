@@ -294,7 +294,8 @@ def main():
     records = {}
     if os.path.exists(args.json):
         with open(args.json) as f:
-            records = {r["name"]: r for r in json.load(f)}
+            data = json.load(f)
+        records = {r["name"]: r for r in data["records"]}
     else:
         print(f"note: {args.json} not found; printing PyTorch times only", file=sys.stderr)
 

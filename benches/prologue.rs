@@ -510,7 +510,38 @@ fn main() {
     run_views();
     g.synchronize().unwrap();
     let (mut typed_rounds, mut view_rounds, mut raw_rounds) = (Vec::new(), Vec::new(), Vec::new());
+    // Where the typed launch's time goes: the checked call without the launch (`launch_plan`:
+    // the boundary ties, the queue check and every buffer's admission), the kernel lookup, and
+    // the two driver queries of every launch (the current context, the stream's capture state).
+    let (mut plan_rounds, mut lookup_rounds, mut ctx_rounds, mut capture_rounds) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let per_call = |rounds: &mut Vec<f64>, f: &mut dyn FnMut()| {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+    };
     for _ in 0..7 {
+        per_call(&mut plan_rounds, &mut || {
+            std::hint::black_box(plan_verify!(mx, &g, &w, b2));
+        });
+        per_call(&mut lookup_rounds, &mut || {
+            std::hint::black_box(
+                g.function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
+                    .unwrap(),
+            );
+        });
+        per_call(&mut ctx_rounds, &mut || {
+            std::hint::black_box(cudarc::driver::result::ctx::get_current().unwrap());
+        });
+        per_call(&mut capture_rounds, &mut || {
+            // SAFETY: the benchmark's live stream.
+            let status = unsafe {
+                cudarc::driver::result::stream::is_capturing(g.stream().cu_stream()).unwrap()
+            };
+            std::hint::black_box(status);
+        });
         let t0 = Instant::now();
         for _ in 0..n {
             run_verify!(mx, &g, &w, b2);
@@ -530,6 +561,13 @@ fn main() {
     let typed = common::median(&mut typed_rounds);
     let views = common::median(&mut view_rounds);
     let raw = common::median(&mut raw_rounds);
+    let plan = common::median(&mut plan_rounds);
+    let lookup = common::median(&mut lookup_rounds);
+    let ctx_query = common::median(&mut ctx_rounds);
+    let capture_query = common::median(&mut capture_rounds);
+    println!(
+        "of which: checked call without launch {plan:.3} µs, kernel lookup {lookup:.3} µs, cuCtxGetCurrent {ctx_query:.3} µs, cuStreamIsCapturing {capture_query:.3} µs"
+    );
     println!(
         "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
         typed - raw
@@ -546,6 +584,10 @@ fn main() {
             ("overhead_us", typed - raw),
             ("views_us", views),
             ("views_overhead_us", views - raw),
+            ("checked_call_us", plan),
+            ("kernel_lookup_us", lookup),
+            ("ctx_query_us", ctx_query),
+            ("capture_query_us", capture_query),
         ],
     });
     common::write_json("prologue.json", &records);

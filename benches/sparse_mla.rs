@@ -334,15 +334,17 @@ __global__ void __launch_bounds__(192, 1) gather_bulk_limit_kernel(const GatherL
 "#
 );
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GatherLimitParams {
-    kv: u64,
-    indices: u64,
-    sink: u64,
-    topk: i32,
-    s_kv: i32,
-    s_q: i32, // read by the bulk-copy limit only
+shapeproof::param_block! {
+    /// `struct GatherLimitParams` of the gather-limit kernels (`s_q` is read by the bulk-copy
+    /// limit only).
+    struct GatherLimitParams {
+        kv: u64,
+        indices: u64,
+        sink: u64,
+        topk: i32,
+        s_kv: i32,
+        s_q: i32,
+    }
 }
 
 struct GatherLimit<const D: usize>;

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 out=.gpu
 rm -rf "$out"
 mkdir -p "$out/bin"
+# The commit of the build (with "+dirty" when the tree has changes), for the benchmarks' JSON.
+{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "+dirty"; } | tr -d '\n' >"$out/commit"
 log=$(mktemp)
 {
     cargo test --release --features gpu-tests --no-run --message-format=json

@@ -16,6 +16,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
 export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+# The commit the bundle was built from, for the benchmarks' JSON.
+export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
 # Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
 for packed in "$here"/bin/*.xz; do
     [ -e "$packed" ] || continue

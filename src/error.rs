@@ -22,6 +22,18 @@ pub enum Error {
         /// The extent the caller passed.
         actual: usize,
     },
+    /// A buffer does not hold the `rows × cols` elements its row shape and row count fix.
+    #[error("`{param}`: expected {rows} rows of {cols} = {} elements, got {actual}{}", rows * cols, RowsOf(*rows, *cols, *actual))]
+    Rows {
+        /// The argument.
+        param: &'static str,
+        /// The row count the caller gave (or the call fixes).
+        rows: usize,
+        /// Elements per row, fixed by the tensor's type.
+        cols: usize,
+        /// Elements the buffer holds.
+        actual: usize,
+    },
     /// A runtime value lies outside the range the kernel accepts.
     #[error("`{param}`: {value} is outside {range}")]
     Value {
@@ -138,6 +150,21 @@ impl Error {
         })
     }
 
+    /// Checks that a buffer of `actual` elements is `rows` rows of `cols`: `Ok`, or an
+    /// [`Error::Rows`] (an [`Error::Value`] when `rows × cols` overflows).
+    pub fn check_rows(param: &'static str, rows: usize, cols: usize, actual: usize) -> Result<()> {
+        if Self::elements(param, rows, cols)? == actual {
+            Ok(())
+        } else {
+            Err(Error::Rows {
+                param,
+                rows,
+                cols,
+                actual,
+            })
+        }
+    }
+
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
     pub fn check_extent(
         param: &'static str,
@@ -158,6 +185,21 @@ impl Error {
     }
 }
 
+/// The tail of an [`Error::Rows`] sentence: what the buffer would be as rows of the same count
+/// (`" (2 rows of 100)"`), which is how a row width that was padded shows itself.
+struct RowsOf(usize, usize, usize);
+
+impl std::fmt::Display for RowsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let RowsOf(rows, cols, actual) = *self;
+        if rows > 0 && actual % rows == 0 && actual / rows != cols {
+            write!(f, " ({rows} rows of {})", actual / rows)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Error;
@@ -173,5 +215,25 @@ mod tests {
         };
         assert_eq!(format!("{e:?}"), "`loc`: expected 12 elements, got 11");
         assert_eq!(format!("{e:?}"), e.to_string());
+    }
+
+    /// A row-shape error gives the rows and their width, and the width the buffer would have.
+    #[test]
+    fn rows_error_shows_the_width_it_got() {
+        let e = Error::check_rows("indices", 2, 128, 200).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`indices`: expected 2 rows of 128 = 256 elements, got 200 (2 rows of 100)"
+        );
+        let e = Error::check_rows("k_out", 3, 4, 10).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`k_out`: expected 3 rows of 4 = 12 elements, got 10"
+        );
+        assert!(Error::check_rows("q", 0, 4, 0).is_ok());
+        assert!(matches!(
+            Error::check_rows("q", usize::MAX, 2, 0),
+            Err(Error::Value { .. })
+        ));
     }
 }

@@ -71,8 +71,10 @@
 //!
 //! # 3. `impl CudaKernel`
 //!
-//! Mirror the parameter struct with `#[repr(C)]` (device pointers as `u64`, from
-//! [`Cuda::ptr`](crate::backend::Cuda::ptr)) and implement
+//! Mirror the parameter struct with [`param_block!`](crate::param_block) (device pointers as
+//! `u64`, from [`Cuda::ptr`](crate::backend::Cuda::ptr)): a `#[repr(C)]` struct and its layout
+//! table, which [`check_params`](crate::backend::cuda::check_params) proves equal to the CUDA
+//! struct's with NVRTC `static_assert`s (run it in a test). Then implement
 //! [`CudaKernel`](crate::backend::cuda::CudaKernel) on a type that carries the static dims: it
 //! names the source and renders the template instantiation. The type is the key of the JIT
 //! cache; [`Cuda::launch`](crate::backend::Cuda::launch) then compiles on first use and queues
@@ -81,9 +83,9 @@
 //! typed, row-checked arguments guarantee).
 //!
 //! ```ignore
-//! #[repr(C)]
-//! #[derive(Clone, Copy)]
-//! pub struct HeadRmsNormParams { x: u64, gamma: u64, out: u64, rows: i64, eps: f32 }
+//! shapeproof::param_block! {
+//!     pub struct HeadRmsNormParams { x: u64, gamma: u64, out: u64, rows: i64, eps: f32 }
+//! }
 //!
 //! pub struct HeadRmsNormKernel<const HEADS: usize, const HD: usize>;
 //! impl<const HEADS: usize, const HD: usize> CudaKernel for HeadRmsNormKernel<HEADS, HD> {

@@ -120,12 +120,7 @@ pub type TensorViewMut<'a, B, T, R = Scalar> = Tensor<B, T, R, ViewMut<'a>>;
 
 impl<B: Backend, T: Element, R: RowShape, S: Storage<B>> Tensor<B, T, R, S> {
     fn checked(param: &'static str, buf: S::Of<T>, rows: usize) -> Result<Self> {
-        Error::check_extent(
-            param,
-            "elements",
-            Error::elements(param, rows, R::COLS)?,
-            buf.len(),
-        )?;
+        Error::check_rows(param, rows, R::COLS, buf.len())?;
         Ok(Self {
             buf,
             rows,
@@ -223,12 +218,7 @@ impl<B: Backend, T: Element, R: RowShape> Tensor<B, T, R, Owned> {
 
     /// Uploads `host` as `rows` rows.
     pub fn from_host(backend: &B, param: &'static str, host: &[T], rows: usize) -> Result<Self> {
-        Error::check_extent(
-            param,
-            "elements",
-            Error::elements(param, rows, R::COLS)?,
-            host.len(),
-        )?;
+        Error::check_rows(param, rows, R::COLS, host.len())?;
         Self::from_buffer(param, backend.upload(host)?, rows)
     }
 
@@ -336,7 +326,10 @@ mod tests {
     #[test]
     fn wrong_length_names_the_parameter_and_both_extents() {
         let err = Tensor::<Cpu, f32, Cols<4>>::from_buffer("k_out", vec![0.0; 10], 3).unwrap_err();
-        assert_eq!(err.to_string(), "`k_out`: expected 12 elements, got 10");
+        assert_eq!(
+            err.to_string(),
+            "`k_out`: expected 3 rows of 4 = 12 elements, got 10"
+        );
     }
 
     #[test]

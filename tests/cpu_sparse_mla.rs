@@ -4,6 +4,7 @@
 mod common;
 
 use common::sparse_mla::{MlaScenario, Variant, run};
+use rand::Rng;
 use shapeproof::backend::Cpu;
 use shapeproof::dtype::{F8E4M3, e4m3_to_f32};
 use shapeproof::ops::sparse_mla::*;
@@ -119,4 +120,48 @@ fn indices_must_have_one_row_per_query() {
         e.to_string(),
         "`indices`: expected 4 query rows (as q), got 3"
     );
+}
+
+shapeproof::model! {
+    /// A model whose top-k (100) is not a multiple of 128: `TOPK` is padded to 128.
+    mod topk_100 {
+        num_attention_heads: 16, kv_lora_rank: 512, qk_rope_head_dim: 64,
+        index_topk: 100, tensor_parallel: 1,
+    }
+}
+
+/// Rows of the model's own top-k width are padded with -1 to `TOPK`; a buffer of the padded
+/// width passed where the model's width is expected (or any other length) names both widths,
+/// and the plain tensor constructor shows the row width it got.
+#[test]
+fn padded_topk_rows_say_how_they_were_padded() {
+    let b = Cpu;
+    assert_eq!((topk_100::INDEX_TOPK, topk_100::TOPK), (100, 128));
+    let mut rng = common::rng("padded_topk");
+    let host: Vec<i32> = (0..2 * 100).map(|_| rng.random_range(0..300)).collect(); // [2, 100]
+    let padded = topk_100::indices_from_host(&b, &host, 2)
+        .unwrap()
+        .to_host(&b)
+        .unwrap();
+    for (row, given) in padded.chunks(128).zip(host.chunks(100)) {
+        assert_eq!(&row[..100], given);
+        assert!(row[100..].iter().all(|&i| i == -1));
+    }
+
+    let e = topk_100::indices_from_host(&b, &vec![0; 256], 2).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`indices`: expected 2 rows of index_topk = 100 = 200 elements (padded here with -1 to TOPK = 128), got 256 elements"
+    );
+    let e = Tensor::<Cpu, i32, Cols<{ topk_100::TOPK }>>::from_host(&b, "indices", &host, 2)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`indices`: expected 2 rows of 128 = 256 elements, got 200 (2 rows of 100)"
+    );
+    // The padded tensor is what the model's prefill takes.
+    let q = Tensor::<Cpu, F8E4M3, QRow<{ topk_100::HQ_PADDED }, D>>::zeros(&b, 2).unwrap();
+    let scale = Tensor::from_host(&b, "q_scale", &[1.0f32], 1).unwrap();
+    let indices = topk_100::indices_from_host(&b, &host, 2).unwrap();
+    assert!(SparseMlaInputs::new(q, scale, indices, 0.1).is_ok());
 }

@@ -3,17 +3,20 @@
 //! fails, never skips, when NVRTC cannot be loaded.
 #![cfg(feature = "nvrtc-tests")]
 
-use shapeproof::backend::cuda::{Arch, CudaKernel, compile_kernel};
+use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
     Plain, SparseMlaKernel, SparseMlaNarrow64Kernel, WithLength, WithLengthAndSink,
 };
 
+/// Compiles `K` with the layout of its Rust parameter block asserted against the CUDA struct
+/// (`layout_asserts`): the instantiation compiles and its mirror is exact.
 fn compiles<K: CudaKernel>() {
     let name = K::instantiation();
+    let source = format!("{}{}", K::SOURCE, layout_asserts::<K::Params>());
     let compiled =
-        compile_kernel(K::SOURCE, &name, Arch::Sm90a).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compile_kernel(&source, &name, Arch::Sm90a).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(!compiled.cubin.is_empty(), "{name}: empty cubin");
     assert!(
         compiled.cubin.starts_with(b"\x7fELF"),
@@ -104,4 +107,60 @@ fn sparse_mla_narrow() {
 #[test]
 fn sparse_mla_narrow_64() {
     every_sparse_mla_variant!(SparseMlaNarrow64Kernel);
+}
+
+/// The user kernel of the examples keeps its mirror too.
+#[test]
+fn user_kernel_example() {
+    check_params::<head_rmsnorm::HeadRmsNormKernel<8, 128>>(Arch::Sm90a).unwrap();
+}
+#[path = "../examples/kernels/head_rmsnorm.rs"]
+#[allow(dead_code)]
+mod head_rmsnorm;
+
+/// A mirror that drifted from its CUDA struct fails the check, naming the struct and the field:
+/// `rows` narrowed to an `i32` (same struct size, after padding), and a field inserted.
+#[test]
+fn a_drifted_mirror_fails_its_check() {
+    mod narrowed {
+        shapeproof::param_block! {
+            pub struct Mxfp8QuantizeParams { input: u64, data: u64, scales: u64, rows: i32 }
+        }
+    }
+    mod inserted {
+        shapeproof::param_block! {
+            pub struct Mxfp8QuantizeParams { input: u64, data: u64, scales: u64, flags: u32, rows: i64 }
+        }
+    }
+    /// The quantize kernel with mirror `P`.
+    struct Drifted<P>(std::marker::PhantomData<P>);
+    impl<P: shapeproof::backend::cuda::ParamBlock> CudaKernel for Drifted<P> {
+        const SOURCE: &'static str = <Mxfp8QuantizeKernel<128> as CudaKernel>::SOURCE;
+        type Params = P;
+        fn instantiation() -> String {
+            Mxfp8QuantizeKernel::<128>::instantiation()
+        }
+    }
+    fn log_of<P: shapeproof::backend::cuda::ParamBlock>() -> String {
+        match check_params::<Drifted<P>>(Arch::Sm90a) {
+            Err(shapeproof::Error::Compile { log, .. }) => log,
+            other => panic!("a drifted mirror passed its check: {other:?}"),
+        }
+    }
+    check_params::<Mxfp8QuantizeKernel<128>>(Arch::Sm90a).unwrap();
+    let log = log_of::<narrowed::Mxfp8QuantizeParams>();
+    assert!(
+        log.contains("Mxfp8QuantizeParams.rows: the Rust mirror's field is 4 bytes"),
+        "{log}"
+    );
+    let log = log_of::<inserted::Mxfp8QuantizeParams>();
+    assert!(
+        log.contains("Mxfp8QuantizeParams: the Rust mirror is 40 bytes"),
+        "{log}"
+    );
+    assert!(log.contains("\"Mxfp8QuantizeParams.flags"), "{log}");
+    assert!(
+        log.contains("Mxfp8QuantizeParams.rows: the Rust mirror has it at byte 32"),
+        "{log}"
+    );
 }

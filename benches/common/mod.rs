@@ -70,23 +70,61 @@ pub struct Record {
     pub fields: Vec<(&'static str, f64)>,
 }
 
-/// Writes `records` as a JSON array to `$BENCH_JSON_DIR/<file>` (or the current folder).
+/// Writes the run's results to `$BENCH_JSON_DIR/<file>` (or the current folder) as one JSON
+/// object: the commit (`$SHAPEPROOF_COMMIT`, set by the script that runs the benchmarks), the
+/// GPU's name, the UTC date, and `records`, each `{"name": …, <field>: <number>, …}`.
+/// `bench/render.py` turns these files into the tables of `bench/RESULTS.md`.
 pub fn write_json(file: &str, records: &[Record]) {
     let dir = std::env::var("BENCH_JSON_DIR").unwrap_or_else(|_| ".".into());
+    let commit = std::env::var("SHAPEPROOF_COMMIT").unwrap_or_else(|_| "unknown".into());
+    let gpu = cudarc::driver::CudaContext::new(0)
+        .and_then(|c| c.name())
+        .unwrap_or_else(|_| "unknown".into());
     let body: Vec<String> = records
         .iter()
         .map(|r| {
             let fields: Vec<String> = r
                 .fields
                 .iter()
-                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .map(|(k, v)| format!("\"{k}\": {}", json_number(*v)))
                 .collect();
-            format!("  {{\"name\": \"{}\", {}}}", r.name, fields.join(", "))
+            format!("    {{\"name\": \"{}\", {}}}", r.name, fields.join(", "))
         })
         .collect();
     let path = std::path::Path::new(&dir).join(file);
-    std::fs::write(&path, format!("[\n{}\n]\n", body.join(",\n"))).unwrap();
+    let text = format!(
+        "{{\n  \"commit\": \"{commit}\",\n  \"gpu\": \"{gpu}\",\n  \"date\": \"{}\",\n  \"records\": [\n{}\n  ]\n}}\n",
+        utc_date(),
+        body.join(",\n")
+    );
+    std::fs::write(&path, text).unwrap();
     eprintln!("wrote {}", path.display());
+}
+
+/// A number as JSON writes it (`null` for NaN and infinities, which JSON has no words for).
+fn json_number(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        "null".into()
+    }
+}
+
+/// Today's date in UTC, `YYYY-MM-DD` (civil date from days since 1970, Howard Hinnant's method).
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
 }
 
 /// Queues one raw `cuLaunchKernel` of `function` with the parameter block `params` on the

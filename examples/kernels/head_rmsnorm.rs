@@ -128,15 +128,15 @@ impl RunHeadRmsNorm for Cpu {
     }
 }
 
-/// The kernel's parameter block, field for field `struct HeadRmsNormParams` of the source.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct HeadRmsNormParams {
-    x: u64,
-    gamma: u64,
-    out: u64,
-    rows: i64,
-    eps: f32,
+shapeproof::param_block! {
+    /// The kernel's parameter block, field for field `struct HeadRmsNormParams` of the source.
+    pub struct HeadRmsNormParams {
+        x: u64,
+        gamma: u64,
+        out: u64,
+        rows: i64,
+        eps: f32,
+    }
 }
 
 /// `head_rmsnorm_kernel<HEADS, HD>`: the type is the JIT cache key.

@@ -266,6 +266,16 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub const TOPK: usize = #topk;
         #sm_scale
 
+        /// Uploads `rows` rows of `INDEX_TOPK` top-k indices each (`host` is `[rows, INDEX_TOPK]`)
+        /// as the `[rows, TOPK]` tensor the prefill reads, each row padded with -1.
+        pub fn indices_from_host<B: ::shapeproof::backend::Backend>(
+            backend: &B,
+            host: &[i32],
+            rows: usize,
+        ) -> ::shapeproof::Result<::shapeproof::tensor::Tensor<B, i32, ::shapeproof::tensor::Cols<TOPK>>> {
+            #mla::padded_indices::<B, TOPK>(backend, host, rows, INDEX_TOPK)
+        }
+
         /// The FP8 sparse MLA prefill of this model on one rank (no options: `SparseMla::new()`).
         pub type SparseMla = SparseMlaWith<#mla::Plain>;
         /// The same prefill with options `O` (`Plain`, `WithLength`, `WithLengthAndSink`).

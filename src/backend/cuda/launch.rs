@@ -28,8 +28,10 @@ pub trait CudaKernel: 'static {
     const SOURCE: &'static str;
     /// Dynamic shared memory per block, in bytes (raises the kernel's limit when above 48 KiB).
     const DYNAMIC_SMEM_BYTES: u32 = 0;
-    /// The parameter block, field for field the kernel's parameter struct.
-    type Params: Copy + 'static;
+    /// The parameter block, field for field the kernel's parameter struct (declared with
+    /// [`param_block!`](crate::param_block), so [`check_params`](super::check_params) can
+    /// prove the two layouts equal).
+    type Params: super::ParamBlock;
     /// The template instantiation, e.g. `mxfp8_quantize_kernel<128>`.
     fn instantiation() -> String;
 }
@@ -119,6 +121,21 @@ impl Cuda {
     ) -> Result<()> {
         let function = self.function::<K>()?;
         self.ctx.bind_to_thread()?;
+        // SAFETY: forwarded to the caller; the context is current.
+        unsafe { self.queue_launch::<K>(function, shape, params) }
+    }
+
+    /// `cuLaunchKernel` of `function` (kernel `K`'s) on the backend's stream, with `params`
+    /// by value.
+    ///
+    /// # Safety
+    /// As [`Cuda::launch`], and the backend's context is current on this thread.
+    unsafe fn queue_launch<K: CudaKernel>(
+        &self,
+        function: sys::CUfunction,
+        shape: LaunchShape,
+        params: &K::Params,
+    ) -> Result<()> {
         let mut block = *params;
         let mut args = [&mut block as *mut K::Params as *mut c_void];
         // SAFETY: the kernel takes exactly one parameter of type `K::Params` (the contract of
@@ -356,6 +373,26 @@ impl<'a> DeviceArgs<'a> {
         view: Option<&'a CudaView<'_, T>>,
     ) -> Result<u64> {
         view.map_or(Ok(0), |v| self.read(param, v))
+    }
+
+    /// Queues kernel `K` with `params` on the stream these buffers were admitted for: the one
+    /// launch path of the library's ops (admit every buffer into `params`, launch, and let the
+    /// arguments drop, which records the launch's uses). [`DeviceArgs::new`] checked the queue
+    /// and made the context current, so a launch costs the kernel lookup and `cuLaunchKernel`.
+    ///
+    /// # Safety
+    /// Every device address in `params` was returned by this argument list (or is 0 where the
+    /// kernel reads an absent input as none), and under `shape` the kernel touches only the
+    /// extents its call checked.
+    pub(crate) unsafe fn launch<K: CudaKernel>(
+        &self,
+        shape: LaunchShape,
+        params: &K::Params,
+    ) -> Result<()> {
+        let function = self.cuda.function::<K>()?;
+        // SAFETY: forwarded to the caller; `new` made the context current on this thread (a
+        // first use's compile and module load keep it so).
+        unsafe { self.cuda.queue_launch::<K>(function, shape, params) }
     }
 
     /// The address of an optional output, 0 when absent.

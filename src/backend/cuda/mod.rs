@@ -19,12 +19,14 @@ mod foreign;
 mod graph;
 mod jit;
 mod launch;
+mod params;
 
 pub use foreign::ForeignDeviceBuffer;
 pub use graph::{Graph, GraphRecorder, IsCuda};
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
 pub(crate) use launch::DeviceArgs;
 pub use launch::{CudaKernel, LaunchShape};
+pub use params::{ParamBlock, ParamField, check_params, layout_asserts};
 
 use std::any::TypeId;
 use std::collections::HashMap;

@@ -11,14 +11,14 @@ use crate::error::Result;
 /// Threads per block of the quantize kernel.
 const THREADS: u32 = 256;
 
-/// The kernel's parameter block (`struct Mxfp8QuantizeParams`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct Mxfp8QuantizeParams {
-    input: u64,
-    data: u64,
-    scales: u64,
-    rows: i64,
+crate::param_block! {
+    /// The kernel's parameter block (`struct Mxfp8QuantizeParams`).
+    pub struct Mxfp8QuantizeParams {
+        input: u64,
+        data: u64,
+        scales: u64,
+        rows: i64,
+    }
 }
 
 /// `mxfp8_quantize_kernel<WIDTH>`.
@@ -62,8 +62,6 @@ impl Mxfp8QuantizeLaunch for Cuda {
         };
         // SAFETY: the three buffers hold rows × WIDTH, rows × WIDTH and rows × WIDTH/32
         // elements (tied by `Mxfp8Quantize::run`), exactly what the kernel touches.
-        let launched = unsafe { self.launch::<Mxfp8QuantizeKernel<WIDTH>>(shape, &params) };
-        drop(args);
-        launched
+        unsafe { args.launch::<Mxfp8QuantizeKernel<WIDTH>>(shape, &params) }
     }
 }

@@ -10,65 +10,65 @@ use crate::error::Result;
 
 const SOURCE: &str = include_str!("../../../kernels/inkling_prologue.cu");
 
-/// The main kernel's parameter block (`struct PrologueParams`), field for field.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PrologueParams {
-    qkvr: u64,
-    qkvr_row_stride: i64,
-    num_tokens: i32,
-    num_seqs: i32,
-    k_cache: u64,
-    v_cache: u64,
-    conv_slots: i32,
-    draft_tokens: i32,
-    cache_indices: u64,
-    cache_mask: u64,
-    k_weight: u64,
-    v_weight: u64,
-    q_gamma: u64,
-    k_gamma: u64,
-    eps: f32,
-    tau: u64,
-    q_out: u64,
-    q_scale: u64,
-    k_out: u64,
-    v_out: u64,
-    loc: u64,
-    kv_slots: i64,
-    k_buf: u64,
-    v_buf: u64,
-    sfk: u64,
-    sfv: u64,
-    k_inter: u64,
-    v_inter: u64,
-    inter_capacity: i32,
-    cu_seqlens: u64,
-    seq_of_token: u64,
-    track_mask: u64,
-    track_indices: u64,
-    bad_index_count: u64,
+crate::param_block! {
+    /// The main kernel's parameter block (`struct PrologueParams`), field for field.
+    pub struct PrologueParams {
+        qkvr: u64,
+        qkvr_row_stride: i64,
+        num_tokens: i32,
+        num_seqs: i32,
+        k_cache: u64,
+        v_cache: u64,
+        conv_slots: i32,
+        draft_tokens: i32,
+        cache_indices: u64,
+        cache_mask: u64,
+        k_weight: u64,
+        v_weight: u64,
+        q_gamma: u64,
+        k_gamma: u64,
+        eps: f32,
+        tau: u64,
+        q_out: u64,
+        q_scale: u64,
+        k_out: u64,
+        v_out: u64,
+        loc: u64,
+        kv_slots: i64,
+        k_buf: u64,
+        v_buf: u64,
+        sfk: u64,
+        sfv: u64,
+        k_inter: u64,
+        v_inter: u64,
+        inter_capacity: i32,
+        cu_seqlens: u64,
+        seq_of_token: u64,
+        track_mask: u64,
+        track_indices: u64,
+        bad_index_count: u64,
+    }
 }
 
-/// The trailing conv-state update's parameter block (`struct ConvStateUpdateParams`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ConvStateUpdateParams {
-    qkvr: u64,
-    qkvr_row_stride: i64,
-    num_seqs: i32,
-    num_tokens: i32,
-    k_cache: u64,
-    v_cache: u64,
-    conv_slots: i32,
-    do_cache_update: i32,
-    cache_indices: u64,
-    has_initial_state: u64,
-    cu_seqlens: u64,
-    track_mask: u64,
-    track_rows: u64,
-    track_dst: u64,
-    bad_index_count: u64,
+crate::param_block! {
+    /// The trailing conv-state update's parameter block (`struct ConvStateUpdateParams`).
+    pub struct ConvStateUpdateParams {
+        qkvr: u64,
+        qkvr_row_stride: i64,
+        num_seqs: i32,
+        num_tokens: i32,
+        k_cache: u64,
+        v_cache: u64,
+        conv_slots: i32,
+        do_cache_update: i32,
+        cache_indices: u64,
+        has_initial_state: u64,
+        cu_seqlens: u64,
+        track_mask: u64,
+        track_rows: u64,
+        track_dst: u64,
+        bad_index_count: u64,
+    }
 }
 
 /// A prologue kernel type: its static facts and its CUDA instantiations.
@@ -212,13 +212,12 @@ impl PrologueLaunchEntry for Cuda {
         let launch = fill_params::<K>(&mut args, &mut call)?;
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
-        let mut launched = unsafe { self.launch::<K>(launch.shape, &launch.params) };
-        if let (Ok(()), Some((shape, params))) = (&launched, launch.update) {
+        unsafe { args.launch::<K>(launch.shape, &launch.params) }?;
+        if let Some((shape, params)) = launch.update {
             // SAFETY: as above; the update reads the same tied buffers.
-            launched = unsafe { self.launch::<K::Update>(shape, &params) };
+            unsafe { args.launch::<K::Update>(shape, &params) }?;
         }
-        drop(args); // records the launches' reads and writes (when the context tracks events)
-        launched
+        Ok(()) // dropping `args` records the launches' reads and writes
     }
 }
 

@@ -17,26 +17,26 @@ use crate::error::Result;
 /// (`sparse_mla::kThreads`).
 const THREADS: u32 = 384;
 
-/// The kernel's parameter block (`struct SparseMlaParams`), field for field.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct SparseMlaParams {
-    q: u64,
-    kv: u64,
-    indices: u64,
-    topk_length: u64,
-    attn_sink: u64,
-    q_scale: u64,
-    kv_scale: u64,
-    out: u64,
-    max_logits: u64,
-    lse: u64,
-    sm_scale: f32,
-    s_q: i32,
-    s_kv: i32,
-    h_q: i32,
-    head_tiles: i32,
-    topk: i32,
+crate::param_block! {
+    /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
+    pub struct SparseMlaParams {
+        q: u64,
+        kv: u64,
+        indices: u64,
+        topk_length: u64,
+        attn_sink: u64,
+        q_scale: u64,
+        kv_scale: u64,
+        out: u64,
+        max_logits: u64,
+        lse: u64,
+        sm_scale: f32,
+        s_q: i32,
+        s_kv: i32,
+        h_q: i32,
+        head_tiles: i32,
+        topk: i32,
+    }
 }
 
 /// The sparse MLA kernel for head tiles of `TILE` heads: `TILE = 64` is
@@ -295,13 +295,13 @@ impl SparseMlaLaunch for Cuda {
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match kernel {
             TileKernel::Narrow8 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(&args, rows, &params)
             },
             TileKernel::Narrow16 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(&args, rows, &params)
             },
             TileKernel::Narrow32 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(rows, &params)
+                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(&args, rows, &params)
             },
             TileKernel::Wide => {
                 // A persistent grid, one CTA an SM (fewer CTAs for fewer items), as the
@@ -311,7 +311,7 @@ impl SparseMlaLaunch for Cuda {
                     block: (THREADS, 1, 1),
                     smem_bytes: sparse_mla_smem_bytes(D_QK),
                 };
-                unsafe { self.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) }
+                unsafe { args.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) }
             }
         };
         drop(args); // records the launch's reads and writes (when the context tracks events)
@@ -327,10 +327,11 @@ impl Cuda {
     /// only start later.
     ///
     /// # Safety
-    /// As [`Cuda::launch`]: the parameter block's pointers and extents must be valid for the
-    /// kernel.
+    /// As [`DeviceArgs::launch`]: the parameter block's pointers were admitted by `args` and
+    /// its extents are valid for the kernel.
     unsafe fn launch_narrow<const D_QK: usize, K: NarrowTile>(
         &self,
+        args: &DeviceArgs<'_>,
         items: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
@@ -341,7 +342,7 @@ impl Cuda {
             smem_bytes: K::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
-        unsafe { self.launch::<K>(shape, params) }
+        unsafe { args.launch::<K>(shape, params) }
     }
 }
 

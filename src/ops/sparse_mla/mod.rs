@@ -369,6 +369,44 @@ pub const fn max_query_rows(heads: usize) -> usize {
     (1 << 30) / tiles
 }
 
+/// Uploads `rows` top-k rows of `width` indices each as the `[rows, TOPK]` index tensor the
+/// prefill reads, every row padded with -1 from `width` to `TOPK` columns.
+///
+/// A model's top-k need not be a multiple of 128 (`TopkWidth`); `model!` rounds it up to
+/// `TOPK` and generates `indices_from_host`, which calls this with its `INDEX_TOPK`. A buffer
+/// that is not `rows × width` elements is an `Err` that names both widths.
+pub fn padded_indices<B: Backend, const TOPK: usize>(
+    backend: &B,
+    host: &[i32], // [rows, width]
+    rows: usize,
+    width: usize,
+) -> Result<Tensor<B, i32, Cols<TOPK>>> {
+    if width > TOPK {
+        return Err(Error::Value {
+            param: "width",
+            value: i64::try_from(width).unwrap_or(i64::MAX),
+            range: format!("0 ..= {TOPK} (TOPK)"),
+        });
+    }
+    let len = Error::elements("rows", rows, width)?;
+    if host.len() != len {
+        return Err(Error::Mismatch {
+            param: "indices",
+            expected: format!(
+                "{rows} rows of index_topk = {width} = {len} elements (padded here with -1 to TOPK = {TOPK})"
+            ),
+            actual: format!("{} elements", host.len()),
+        });
+    }
+    let mut padded = crate::backend::cpu::try_filled(Error::elements("rows", rows, TOPK)?, -1)?;
+    if width > 0 {
+        for (row, given) in padded.chunks_exact_mut(TOPK).zip(host.chunks_exact(width)) {
+            row[..width].copy_from_slice(given);
+        }
+    }
+    Tensor::from_host(backend, "indices", &padded, rows)
+}
+
 impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: Storage<B>>
     SparseMlaInputs<B, D_QK, HEADS, TOPK, Plain, S>
 {
