@@ -4,8 +4,8 @@
 Same geometry, shapes and stores as `benches/prologue.rs` (TP8: HQ 8, HKV 1, head dim 128, conv
 width 4, no activation, residual, tau on, pages of 128): the verify step (q = 4 draft tokens)
 and the extend step (sequences of 1024 tokens with cached history, conv state updated after),
-each with the bf16 and the MXFP8 KV store. The math follows the spec (KERNELS.md §1.5-§1.8) op by
-op: per-head RMSNorm of q, tau fold, depthwise causal conv of k and v over the cached history,
+each with the bf16 and the MXFP8 KV store. The math follows docs/kernels/prologue.md §1.5-§1.8
+op by op: per-head RMSNorm of q, tau fold, depthwise causal conv of k and v over the cached history,
 k RMSNorm, KV scatter at `loc` (MXFP8: e4m3 bytes plus E8M0 scales in the interleaved plane),
 saved windows (verify) or the conv-state update (extend). Written for timing, in plain tensor
 ops; it is not bit-exact with the kernel (reductions round in another order).
@@ -18,11 +18,17 @@ sets larger than L2 for the long batches, as the Rust benchmark does:
                  Rust benchmark uses for every shapeproof figure)
 
 Reads the Rust benchmark's `prologue.json` of the same run and prints each row with the ratio
-PyTorch time / shapeproof time. Usage: prologue_torch.py [--json PATH] (default
-$BENCH_JSON_DIR/prologue.json, else ./prologue.json).
+PyTorch time / shapeproof time. Usage: prologue_torch.py [--json PATH] [--out PATH] (--json
+defaults to $BENCH_JSON_DIR/prologue.json, else ./prologue.json). With --out it also writes its
+figures in the benchmarks' JSON format (`bench/results/README.md`): the commit from
+$SHAPEPROOF_COMMIT, the GPU's name, the UTC date, and one record per row, named after the Rust
+record it is compared with (`graph_B{B}_{store}` for the small batch, `{step}_T{T}_{store}`),
+with the PyTorch times (eager_us, compiled_us, compiled_graph_us), shapeproof_us and the ratios
+(null where a figure is missing).
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -50,7 +56,7 @@ E4M3 = torch.float8_e4m3fn
 
 
 # ---------------------------------------------------------------------------------------------
-# The step (spec §1.5 - §1.8)
+# The step (docs/kernels/prologue.md §1.5 - §1.8)
 # ---------------------------------------------------------------------------------------------
 
 def head_rms_norm(x, gamma):
@@ -61,7 +67,8 @@ def head_rms_norm(x, gamma):
 
 
 def mxfp8_encode(x):
-    """OCP MX block encoding (spec §1.7): x [N, C] bf16 -> (e4m3 [N, C], E8M0 bytes [N, C/32])."""
+    """OCP MX block encoding (docs/kernels/prologue.md §1.7): x [N, C] bf16 -> (e4m3 [N, C],
+    E8M0 bytes [N, C/32])."""
     n, c = x.shape
     blocks = x.float().view(n, c // 32, 32)
     amax = blocks.abs().amax(-1, keepdim=True).clamp_min(1e-30)
@@ -72,7 +79,7 @@ def mxfp8_encode(x):
 
 def interleaved_scale_offsets(slots):
     """Byte offsets of blocks 0..3 of head 0..HKV-1 for each KV slot in the [S/P, HKV, 32, P/32, 4]
-    scale plane (spec §1.8): [T, HKV * 4]."""
+    scale plane (docs/kernels/prologue.md §1.8): [T, HKV * 4]."""
     pc = PAGE // 32
     page, po = slots // PAGE, slots % PAGE
     head = torch.arange(HKV, device=slots.device)
@@ -81,8 +88,9 @@ def interleaved_scale_offsets(slots):
 
 
 def conv_taps(x, cache, slot, gate, bos, t):
-    """The K history inputs of every token (spec §1.5): from qkvr where the input time lies in the
-    token's sequence, else from the conv cache of its slot (zero where the history gate is off)."""
+    """The K history inputs of every token (docs/kernels/prologue.md §1.5): from qkvr where the
+    input time lies in the token's sequence, else from the conv cache of its slot (zero where the
+    history gate is off)."""
     pos = t - bos
     taps = []
     for i in range(K):
@@ -286,16 +294,50 @@ def shapeproof_us(records, step, tokens, store):
     return None if rec is None else rec["us"]
 
 
+def record_name(step, tokens, store):
+    """The name of the Rust record a PyTorch row is compared with (`shapeproof_us` above)."""
+    if step == "verify" and tokens < 4096:
+        return f"graph_B{tokens // Q_DRAFT}_{store}"
+    return f"{step}_T{tokens}_{store}"
+
+
+def json_number(x):
+    """A number as JSON can hold it: None for a missing or non-finite figure."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def write_records(path, gpu, rust_commit, rows):
+    """The rows in the benchmarks' JSON format (benches/common/mod.rs, write_json)."""
+    head = {
+        "commit": os.environ.get("SHAPEPROOF_COMMIT", "unknown"),
+        "gpu": gpu,
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        "torch": torch.__version__,
+        "shapeproof_commit": rust_commit,
+    }
+    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    lines.append('  "records": [')
+    body = [f"    {json.dumps(r, allow_nan=False)}" for r in rows]
+    lines.append(",\n".join(body))
+    lines += ["  ]", "}"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_json = os.path.join(os.environ.get("BENCH_JSON_DIR", "."), "prologue.json")
     parser.add_argument("--json", default=default_json, help="the Rust benchmark's prologue.json")
+    parser.add_argument("--out", help="also write the PyTorch figures to this JSON file")
     args = parser.parse_args()
     records = {}
+    rust_commit = None
     if os.path.exists(args.json):
         with open(args.json) as f:
             data = json.load(f)
         records = {r["name"]: r for r in data["records"]}
+        rust_commit = data.get("commit")
     else:
         print(f"note: {args.json} not found; printing PyTorch times only", file=sys.stderr)
 
@@ -317,6 +359,7 @@ def main():
     print(f"\nGPU time per call (µs) of {CALLS} back-to-back calls; ratio = PyTorch / shapeproof.")
     print("\n| step | T | store | shapeproof | eager | compile | compile graph | eager / sp | compile / sp | compile graph / sp |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    out_rows = []
     for step, tokens in shapes:
         for store in ("bf16", "mxfp8"):
             sets = []
@@ -335,8 +378,22 @@ def main():
             sp_text = f"{sp:.2f}" if sp else "n/a"
             print(f"| {step} | {tokens} | {store} | {sp_text} | {eager:.1f} | {comp:.1f} | {comp_graph:.1f} | "
                   f"{ratio(eager)} | {ratio(comp)} | {ratio(comp_graph)} |", flush=True)
+            per = (lambda x: json_number(x / sp)) if sp else (lambda x: None)
+            out_rows.append({
+                "name": record_name(step, tokens, store),
+                "tokens": tokens,
+                "shapeproof_us": json_number(sp) if sp else None,
+                "eager_us": json_number(eager),
+                "compiled_us": json_number(comp),
+                "compiled_graph_us": json_number(comp_graph),
+                "eager_ratio": per(eager),
+                "compiled_ratio": per(comp),
+                "compiled_graph_ratio": per(comp_graph),
+            })
             del sets
             torch.cuda.empty_cache()
+    if args.out:
+        write_records(args.out, torch.cuda.get_device_name(dev), rust_commit, out_rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-//! DeepSeek V3.2 (spec §4.3) at tensor-parallel degree 8: one 4096-token prefill chunk through
+//! DeepSeek V3.2 (docs/kernels/models.md §4.3) at tensor-parallel degree 8: one 4096-token prefill chunk through
 //! the FP8 sparse MLA prefill with top-k 2048 (d_qk 576 = 512 latent + 64 RoPE). Each rank has
 //! 16 query heads; the model definition selects the 16-head tile, so the kernel type runs them
 //! with the narrow kernel, not padded to 64 heads.
@@ -27,7 +27,7 @@ shapeproof::model! {
 use deepseek_v32_tp8 as ds;
 
 /// Softmax scale of absorbed MLA, derived by `model!` from the config: 1/sqrt(128 + 64) times the
-/// YaRN mscale² (spec §4.3), 0.1352.
+/// YaRN mscale² (docs/kernels/models.md §4.3), 0.1352.
 const SM_SCALE: f32 = ds::SM_SCALE;
 
 /// One prefill chunk: `s_q` new tokens after `prefix` cached ones; query row `i` selects up to

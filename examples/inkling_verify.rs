@@ -1,4 +1,4 @@
-//! Inkling (spec §4.1) at tensor-parallel degree 8: the verify-step prologue of one global and
+//! Inkling (docs/kernels/models.md §4.1) at tensor-parallel degree 8: the verify-step prologue of one global and
 //! one sliding-window layer with the MXFP8 KV store, 4 draft tokens per sequence.
 //!
 //! On a machine with an H200 it runs the CUDA kernels (a batch of 64 sequences), checks them

@@ -65,7 +65,7 @@ __device__ __forceinline__ void count_bad_index(u32* counter) {
     }
 }
 
-// ---- MXFP8 (OCP MX, block 32, E8M0 scale, E4M3 data), spec §1.7 ---------------------------
+// ---- MXFP8 (OCP MX, block 32, E8M0 scale, E4M3 data), docs/kernels/prologue.md §1.7 ---------------------------
 // Mirrored by src/dtype.rs (`mxfp8_scale_for`, `mxfp8_quantize`); the bytes must agree exactly,
 // so everything here is IEEE (no fast log2, no approximate division).
 

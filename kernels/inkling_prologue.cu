@@ -1,5 +1,5 @@
 // shapeproof — Inkling fused attention prologue (verify / extend / decode), sm_90a.
-// Semantics: spec KERNELS.md §1.5–§1.8. Prepended by the library: common.cuh.
+// Semantics: docs/kernels/prologue.md §1.5–§1.8. Prepended by the library: common.cuh.
 //
 // ================================================================================================
 // Design
@@ -87,11 +87,11 @@
 // the limit is the per-token latency chain at the occupancy 64 registers allow (ncu, T=16384
 // MXFP8: 41% achieved occupancy, 0.62-0.66 instructions issued per scheduler cycle, DRAM 53-61%).
 //
-// Numerics (spec §1.5/§1.6): f32 arithmetic; conv accumulated tap 0 … tap W-2 then the current
+// Numerics (docs/kernels/prologue.md §1.5/§1.6): f32 arithmetic; conv accumulated tap 0 … tap W-2 then the current
 // token, each step one fused multiply-add; bf16 rounding points exactly: q after norm, q after tau,
 // k conv output before its norm, k after norm, v after conv. RMSNorm: per-lane fma over the lane's
 // 8 channels in order, xor butterfly 1, 2, 4, … over the head, then inverse_rms (IEEE; mirrored bit
-// for bit by the Rust CPU reference). MXFP8 (§1.7) encodes those bf16 values with the exact E8M0
+// for bit by the Rust CPU reference). MXFP8 (docs/kernels/prologue.md §1.7) encodes those bf16 values with the exact E8M0
 // exponent (no log2, no division) and multiplies by the exact inverse scale.
 //
 // ================================================================================================
@@ -271,7 +271,7 @@ __device__ __forceinline__ float mxfp8_inverse_scale(u32 byte) {
     return __uint_as_float(byte == 254u ? 0x00400000u : ((254u - byte) << 23));
 }
 
-// The E8M0 scale byte of spec §1.7 (= common.cuh's mxfp8_scale_byte, byte for byte, for every f32
+// The E8M0 scale byte of docs/kernels/prologue.md §1.7 (= common.cuh's mxfp8_scale_byte, byte for byte, for every f32
 // input) without the division. a = max(amax, 1e-30) is +inf (-> 254) or a normal f32 m * 2^E with
 // m in [1, 2) (NaN -> 1e-30 as there). r = RN(a / 448) = RN(m/7) * 2^(E-6) is normal for every
 // such a, and m/7 lies in [1/7, 2/7); RN(m/7) equals 1/4 only for m = 1.75 exactly (any other f32 m
@@ -382,7 +382,7 @@ __device__ __forceinline__ void round_bf16x8(float (&f)[8]) {
 }
 
 // Offset of scale byte (slot, head, block 0) in an interleaved sfk/sfv plane
-// [S/PAGE, HKV, 32, PAGE/32, 4] (spec §1.8); blocks 1..3 follow in the next bytes.
+// [S/PAGE, HKV, 32, PAGE/32, 4] (docs/kernels/prologue.md §1.8); blocks 1..3 follow in the next bytes.
 template <int PAGE, int HKV>
 __device__ __forceinline__ i64 interleaved_scale_offset(i64 slot, int head) {
     constexpr int PC = PAGE / 32;
@@ -391,7 +391,7 @@ __device__ __forceinline__ i64 interleaved_scale_offset(i64 slot, int head) {
     return (page * HKV + head) * (i64)(32 * PC * 4) + (i64)((po % 32) * (PC * 4) + (po / 32) * 4);
 }
 
-// Where the conv history of one k/v lane comes from (spec §1.5), per variant.
+// Where the conv history of one k/v lane comes from (docs/kernels/prologue.md §1.5), per variant.
 struct ConvHistory {
     int first_token;     // bos: rows u >= bos come from qkvr
     i64 read_slot;       // conv-cache slot supplying rows before bos; -1 = none (zeros)
@@ -806,7 +806,7 @@ __global__ void __launch_bounds__(kPrologueThreads)
     grid_dependents_launch();
 }
 
-// Extend trailing conv-state update (spec §1.5 "Extend trailing update" + tracking). One thread per
+// Extend trailing conv-state update (docs/kernels/prologue.md §1.5 "Extend trailing update" + tracking). One thread per
 // (sequence, role k/v, 8-channel vector): item = (b * 2 + role) * KV_VECS + vector.
 template <int HD, int HKV, int W, int K_OFF, int V_OFF>
 __global__ void __launch_bounds__(kConvUpdateThreads)

@@ -6,7 +6,7 @@
 // grid ceil(rows * D/32 / 256). Memory-bound; used as the library's smoke kernel and as the
 // quantizer of the staged (unfused) MXFP8 path.
 
-// Mirrored by `Mxfp8QuantizeParams` in src/ops/mxfp8_quantize.rs.
+// Mirrored by `Mxfp8QuantizeParams` in src/ops/mxfp8_quantize/cuda.rs (checked by the NVRTC tests).
 struct Mxfp8QuantizeParams {
     const bf16_t* input;           // [rows, D]
     u8* data;                      // [rows, D] e4m3

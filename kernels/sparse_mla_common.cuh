@@ -2,12 +2,13 @@
 // and sparse_mla_narrow.cu, 8/16/32-head tiles and its own 64-head tile): their parameter block
 // and the sm_90a PTX helpers they use (shared-memory addresses, mbarriers, cp.async and bulk
 // copies, named barriers and their OR vote, ldmatrix, wgmma fences and descriptors, the S = Q.K^T
-// wgmma and the Q tile load of the 64-head kernels; the benchmark's bulk-copy gather limit and
-// the harness experiment bench/harness/sparse_mla_wide_vt.cu use them too).
+// wgmma and the Q tile load of the 64-head kernels; the benchmark's bulk-copy gather limit uses
+// them too).
 // Compiled after common.cuh and before either kernel file.
 
 // Parameters of one launch of either sparse MLA kernel (64-head and narrow tiles). Mirrored field
-// by field by `SparseMlaParams` in src/ops/sparse_mla/cuda.rs: change both together.
+// by field by `SparseMlaParams` in src/ops/sparse_mla/cuda.rs: change both together (the NVRTC
+// tests assert the two layouts equal).
 struct SparseMlaParams {
     const u8* q;                   // [s_q, h_q, D_QK] e4m3; h_q real heads (not padded)
     const u8* kv;                  // [s_kv, D_QK] e4m3; value = first 512 columns

@@ -1,6 +1,6 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for narrow head tiles (8, 16 or 32
 // heads per CTA, and 64 as two 32-head warpgroups), sm_90a (wgmma). Same function as
-// sparse_mla_prefill.cu (spec KERNELS.md §3.3, same parameter block, same numerics); this variant
+// sparse_mla_prefill.cu (docs/kernels/sparse_mla.md §3.3, same parameter block, same numerics); this variant
 // serves a tensor-parallel rank that holds fewer than 64 query heads without padding them to a
 // 64-head tile, and by default also runs more than 32 heads, in 64-head tiles.
 // Prepended by the library: common.cuh.

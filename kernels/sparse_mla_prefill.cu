@@ -1,5 +1,5 @@
 // shapeproof — FP8 (e4m3 x e4m3 -> f32) sparse MLA prefill for sm_90a in 64-head tiles (wgmma).
-// Semantics: spec KERNELS.md §3.3. Prepended by the library: common.cuh, sparse_mla_common.cuh.
+// Semantics: docs/kernels/sparse_mla.md §3.3. Prepended by the library: common.cuh, sparse_mla_common.cuh.
 // The library runs it for more than 32 heads (at every top-k: since its grid is persistent it
 // is 1.20-1.29x faster than the narrow kernel's 64-head tiles from top-k 128 to 2048,
 // bench/NOTES.md), and for every head count with `HeadTiling::Tiles64`.

@@ -56,7 +56,8 @@ bench() {
         "$b" || status=1
     done
     echo "== prologue_torch.py"
-    python3 "$here/prologue_torch.py" --json "$BENCH_JSON_DIR/prologue.json" || status=1
+    python3 "$here/prologue_torch.py" --json "$BENCH_JSON_DIR/prologue.json" \
+        --out "$BENCH_JSON_DIR/prologue_torch.json" || status=1
 }
 
 examples() {

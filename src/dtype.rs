@@ -129,7 +129,7 @@ pub fn mxfp8_quantize(x: f32, scale: E8M0) -> F8E4M3 {
     e4m3_from_f32(clamped)
 }
 
-/// Encodes one 32-element block (spec §1.7): its scale byte and its e4m3 elements.
+/// Encodes one 32-element block (docs/kernels/prologue.md §1.7): its scale byte and its e4m3 elements.
 pub fn mxfp8_encode_block(block: &[f32; MXFP8_BLOCK]) -> (E8M0, [F8E4M3; MXFP8_BLOCK]) {
     let amax = block.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let scale = mxfp8_scale_for(amax);
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(q[5].to_bits(), 0xFE);
     }
 
-    /// Spec §1.7's worked example: q = bf16(1.5 · tau) at three positions.
+    /// docs/kernels/prologue.md §1.7's worked example: q = bf16(1.5 · tau) at three positions.
     #[test]
     fn spec_worked_example_bytes() {
         for (tau, scale, byte, decoded) in [

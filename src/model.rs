@@ -2,7 +2,7 @@
 //!
 //! A model definition (the `model!` macro, or hand-written types) asks for the per-rank head
 //! counts here; the degree must divide the query heads, and either divide the KV heads or be a
-//! multiple of them (KV heads are then replicated, spec §4.1).
+//! multiple of them (KV heads are then replicated, docs/kernels/models.md §4.1).
 
 use crate::dim::Dim;
 use crate::rules::{ShardsHeads, ShardsKvHeads};
@@ -33,7 +33,7 @@ impl<const TP: usize> TensorParallel<TP> {
 mod tests {
     use super::*;
 
-    /// Inkling (spec §4.1): 64 q heads; 8 global / 16 SWA KV heads.
+    /// Inkling (docs/kernels/models.md §4.1): 64 q heads; 8 global / 16 SWA KV heads.
     #[test]
     fn inkling_per_rank_heads() {
         assert_eq!(TensorParallel::<8>::heads_per_rank::<64>(), 8);

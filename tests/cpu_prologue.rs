@@ -18,7 +18,7 @@ fn swa_mxfp8<V: Variant>() -> Mxfp8Prologue<V, 1024, 256, Row, InklingConv, PAGE
     Mxfp8Prologue::new()
 }
 
-/// Spec §1.7's worked example through the whole prologue: q = 128 ones, gamma 1.5, tau of
+/// docs/kernels/prologue.md §1.7's worked example through the whole prologue: q = 128 ones, gamma 1.5, tau of
 /// positions 127 999, 255 999 and 1 048 575 -> (scale, byte) 0x77/0x7C, 0x77/0x7D, 0x78/0x76.
 #[test]
 fn spec_worked_example_bytes() {
@@ -62,7 +62,7 @@ fn spec_worked_example_bytes() {
 }
 
 /// MXFP8 bytes equal "bf16 prologue, then the encoder": the same call with the bf16 store
-/// gives q/k/v whose encoding is exactly what the MXFP8 store wrote, at the §1.8 offsets.
+/// gives q/k/v whose encoding is exactly what the MXFP8 store wrote, at the offsets of docs/kernels/prologue.md §1.8.
 #[test]
 fn mxfp8_store_is_bf16_then_encoder() {
     let mut rng = common::rng("mxfp8_store_is_bf16_then_encoder");

@@ -1,4 +1,4 @@
-//! The CPU reference of the sparse MLA prefill against the spec's conventions (§3.3): empty
+//! The CPU reference of the sparse MLA prefill against the conventions of docs/kernels/sparse_mla.md §3.3: empty
 //! rows, invalid and duplicate indices, top-k lengths, the sink, and the boundary's ties.
 
 mod common;

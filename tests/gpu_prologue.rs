@@ -194,7 +194,7 @@ macro_rules! geometry {
     };
 }
 
-// Inkling (spec §4.1): TP8 global / SWA, TP4 global, TP2 global, TP1 global (beyond sglang's limit).
+// Inkling (docs/kernels/models.md §4.1): TP8 global / SWA, TP4 global, TP2 global, TP1 global (beyond sglang's limit).
 geometry!(tp8_global_mxfp8, Mxfp8Store<128>, 128, 1024, 128, PackedRow<1024, 128, 128>);
 geometry!(tp8_swa_mxfp8, Mxfp8Store<128>, 128, 1024, 256, PackedRow<1024, 256, 128>);
 geometry!(tp4_global_mxfp8, Mxfp8Store<128>, 128, 2048, 256, PackedRow<2048, 256, 256>);

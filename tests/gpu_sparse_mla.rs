@@ -6,7 +6,7 @@
 //! out-of-range and duplicate indices, empty rows, top-k lengths outside `[0, topk]`, sinks
 //! (±inf included), more query rows than the narrow kernel's persistent grid (several rows per
 //! CTA); inputs N(0, 0.05²) and N(0, 1) cast to e4m3; outputs poisoned, every element compared,
-//! and every (row, head) output vector (relative L2 error at most 0.25). Elementwise tolerances: spec §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
+//! and every (row, head) output vector (relative L2 error at most 0.25). Elementwise tolerances: docs/kernels/sparse_mla.md §3.3's out 8e-2, max_logits 1e-2, lse 2e-3 (absolute), widened for
 //! inputs beyond the spec's N(0, 0.05²) by what the algorithm itself permits: out also by
 //! 2^-4 · max|v| (the e4m3 re-quantization of each softmax weight P, a relative error of at most
 //! 2^-4, bounds the output error by that fraction of the largest value), max_logits and lse also by

@@ -113,7 +113,8 @@ __host__ __device__ inline float deq(uint8_t b) {
 
 // ------------------------------------------------------------------------------------------------
 // Reference: one block per (row, head); f32 dot products of the dequantised inputs, f64 softmax
-// and value sums (spec KERNELS.md §3.3, without the kernels' e4m3 re-quantisation of P).
+// and value sums (docs/kernels/sparse_mla.md §3.3, without the kernels' e4m3 re-quantisation of
+// P).
 // ------------------------------------------------------------------------------------------------
 
 constexpr int kRefMaxTopk = 2048;

@@ -1,4 +1,4 @@
-//! The CPU reference backend: buffers are `Vec`s, ops run the exact semantics of the spec.
+//! The CPU reference backend: buffers are `Vec`s, ops run the exact semantics of docs/kernels/.
 //!
 //! It runs anywhere, serves as the oracle of the GPU tests, and is a usable (slow) default.
 

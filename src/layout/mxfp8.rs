@@ -14,7 +14,7 @@ impl<const PAGE: usize, const WIDTH: usize> RowShape for ScalePlanePage<PAGE, WI
 }
 
 /// K and V of `WIDTH = HKV × 128` channels as MXFP8: e4m3 data `[pages × PAGE, WIDTH]` and the
-/// scale planes `[pages, HKV, 32, PAGE/32, 4]` (spec §1.8), all four made together, so that a
+/// scale planes `[pages, HKV, 32, PAGE/32, 4]` (docs/kernels/prologue.md §1.8), all four made together, so that a
 /// cache without planes, or with planes of another page size or head count, cannot exist.
 /// Owned (`S = Owned`) or views of part of an engine's pool (`S = ViewMut<'a>`).
 ///

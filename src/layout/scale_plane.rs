@@ -1,4 +1,4 @@
-//! The index math of the interleaved MXFP8 scale planes (spec §1.8), in one place.
+//! The index math of the interleaved MXFP8 scale planes (docs/kernels/prologue.md §1.8), in one place.
 //!
 //! Mirrored by the CUDA kernels that write the planes (`kernels/inkling_prologue.cu`).
 
@@ -21,7 +21,7 @@ pub const fn kv_data_offset(slot: usize, channel: usize, width: usize) -> usize 
 mod tests {
     use super::*;
 
-    /// Spec §1.8: P = 128, HKV = 2 (Inkling TP8 SWA), slot 300, channel 200.
+    /// docs/kernels/prologue.md §1.8: P = 128, HKV = 2 (Inkling TP8 SWA), slot 300, channel 200.
     #[test]
     fn spec_example() {
         assert_eq!(scale_plane_offset(300, 200, 128, 2), 2758);

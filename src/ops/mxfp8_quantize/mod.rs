@@ -17,7 +17,7 @@ use crate::tensor::{BlockScales, Cols, Storage, StorageMut, Tensor};
 
 pub use cuda::Mxfp8QuantizeKernel;
 
-/// Quantizes rows of `WIDTH` bf16 values to MXFP8 (spec §1.7).
+/// Quantizes rows of `WIDTH` bf16 values to MXFP8 (docs/kernels/prologue.md §1.7).
 #[derive(Clone, Copy, Debug)]
 pub struct Mxfp8Quantize<const WIDTH: usize> {
     _width: PhantomData<Dim<WIDTH>>,

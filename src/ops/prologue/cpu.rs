@@ -1,4 +1,4 @@
-//! CPU reference of the prologue (spec §1.5–§1.8), on plain slices.
+//! CPU reference of the prologue (docs/kernels/prologue.md §1.5–§1.8), on plain slices.
 //!
 //! Arithmetic follows the kernel's order where rounding depends on it (sums of squares per
 //! 8-channel lane, then a butterfly over the lanes of a head; conv taps oldest first; IEEE

@@ -1,4 +1,4 @@
-//! The Inkling fused attention prologue (spec §1): per-head RMSNorm of q (optionally scaled by
+//! The Inkling fused attention prologue (docs/kernels/prologue.md §1): per-head RMSNorm of q (optionally scaled by
 //! the log-scaling tau), the causal short conv of k and v with conv-state history, RMSNorm of k,
 //! and the scatter of K/V into the paged cache as bf16 or MXFP8, in one launch.
 //!
@@ -383,7 +383,7 @@ pub trait RunPrologue: Backend + Sized + call::PrologueLaunchEntry {}
 impl RunPrologue for crate::backend::Cpu {}
 impl RunPrologue for crate::backend::Cuda {}
 
-/// The log-scaling temperature of a position (spec §1.12):
+/// The log-scaling temperature of a position (docs/kernels/prologue.md §1.12):
 /// `tau(pos) = 1 + alpha · ln(max((pos + 1) / n_floor, 1))`.
 pub fn log_scaling_tau(position: u64, n_floor: f32, alpha: f32) -> f32 {
     1.0 + alpha * ((position as f32 + 1.0) / n_floor).max(1.0).ln()

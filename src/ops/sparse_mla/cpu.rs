@@ -1,4 +1,4 @@
-//! CPU reference of the sparse MLA prefill (spec §3.3), exact softmax in f32/f64 on the
+//! CPU reference of the sparse MLA prefill (docs/kernels/sparse_mla.md §3.3), exact softmax in f32/f64 on the
 //! dequantized inputs (the kernel's e4m3 re-quantization of P is not modelled; the tests'
 //! tolerances cover it).
 

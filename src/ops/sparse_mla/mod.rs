@@ -1,4 +1,4 @@
-//! FP8 sparse MLA prefill (spec §3): every query row attends to its own top-k rows of a shared
+//! FP8 sparse MLA prefill (docs/kernels/sparse_mla.md §3): every query row attends to its own top-k rows of a shared
 //! latent KV, with e4m3 × e4m3 tensor-core math; output bf16 plus natural-log `max_logits` and
 //! `lse`.
 //!
