@@ -1,159 +1,295 @@
-//! Generates the number tables behind the shape rules (`src/rules.rs`).
+//! Generates the shape rules (`src/rules.rs`) from the rule catalogue (`shapeproof-rules`).
 //!
 //! Stable Rust cannot compute `N % 128 == 0` in a trait bound, so each rule is a marker trait
-//! implemented for exactly the `Dim<N>` values that satisfy it. The tables are written here once,
-//! from the ranges in `TABLES`, into `$OUT_DIR/rule_tables.rs`; `tests/dims.rs` proves that every
-//! value the library claims resolves and that the neighbours outside the tables do not.
+//! implemented for exactly the `Dim<N>` values that satisfy it. The catalogue states each rule
+//! once: its values and its wording. This script writes, into `$OUT_DIR/rule_tables.rs`, every
+//! rule's trait (doc comment, `#[diagnostic::on_unimplemented]` with the catalogue's wording, the
+//! associated items below) and its implementation table; `model!` words its errors from the same
+//! catalogue. `tests/dims.rs` proves that every value the library claims resolves and that the
+//! neighbours outside the tables do not.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Largest head width (`DQ`, `DKV`) a rule table covers: Inkling at TP1 needs 8192.
-const MAX_WIDTH: usize = 16384;
-/// Largest element offset inside a packed projection row.
-const MAX_ROW_OFFSET: usize = 32768;
-/// Largest KV page size.
-const MAX_PAGE: usize = 4096;
-/// Largest top-k width of the sparse MLA prefill.
-const MAX_TOPK: usize = 8192;
-/// Largest padded query-head count of the sparse MLA prefill (one 64-head tile at a time).
-const MAX_HEAD_TILE: usize = 1024;
-/// Head tiles of the narrow sparse MLA kernel (fewer than 64 heads per rank, not padded to 64).
-const NARROW_HEAD_TILES: [usize; 3] = [8, 16, 32];
-/// Conv widths the prologue is instantiated for.
-const CONV_WIDTHS: std::ops::RangeInclusive<usize> = 2..=8;
-/// Head dims the bf16-store prologue supports.
-const PROLOGUE_HEAD_DIMS: [usize; 3] = [64, 128, 256];
-/// Largest attention-head count the tensor-parallel tables cover.
-const MAX_HEADS: usize = 256;
-/// Tensor-parallel degrees the tables cover.
-const TP_DEGREES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+use shapeproof_rules::{self as rules, CATALOGUE, Rule};
+
+/// What a trait adds to its catalogue rule: associated items, computed for each implementation.
+struct Table {
+    /// The rule.
+    rule: Rule,
+    /// The trait's associated items: a doc comment and a declaration each.
+    items: &'static [(&'static str, &'static str)],
+    /// Whether an error lists the implementing values (worth it for a few); a large table hides
+    /// its implementations with `#[diagnostic::do_not_recommend]`.
+    list_values: bool,
+    /// The associated items of the implementation for `(parameter, value)`.
+    body: fn(Option<usize>, usize) -> String,
+}
+
+/// The tables, one for each rule of the catalogue.
+fn tables() -> Vec<Table> {
+    let none = |_: Option<usize>, _: usize| String::new();
+    vec![
+        Table {
+            rule: rules::MXFP8_WIDTH,
+            items: &[
+                ("Heads of 128 channels in the width.", "const HEADS: usize;"),
+                (
+                    "E8M0 scale bytes per row (`width / 32`).",
+                    "const SCALE_BYTES: usize;",
+                ),
+                (
+                    "`HEADS` as a typenum type, usable as a `generic_array::GenericArray` length.",
+                    "type Heads: generic_array::ArrayLength;",
+                ),
+            ],
+            list_values: false,
+            body: |_, n| {
+                let k = n / rules::SCALE_ATOM;
+                format!(
+                    "const HEADS: usize = {k}; const SCALE_BYTES: usize = {}; type Heads = typenum::U<{k}>;",
+                    n / 32
+                )
+            },
+        },
+        Table {
+            rule: rules::PROLOGUE_HEAD_DIM,
+            items: &[(
+                "Whether the MXFP8 store takes the head dim (`typenum::B1`) or only the bf16 store\n\
+                 (`typenum::B0`): lets a type choose the store (`ops::prologue::PreferMxfp8`).",
+                "type Mxfp8: typenum::Bit;",
+            )],
+            list_values: true,
+            body: |_, hd| format!("type Mxfp8 = {};", bit(hd == rules::MXFP8_HEAD_DIM)),
+        },
+        Table {
+            rule: rules::WHOLE_HEADS,
+            items: &[("Heads in the width.", "const HEADS: usize;")],
+            list_values: false,
+            body: |hd, n| format!("const HEADS: usize = {};", n / param(hd)),
+        },
+        Table {
+            rule: rules::CONV_WIDTH,
+            items: &[(
+                "History rows in the conv-state cache, `W - 1`.",
+                "const HISTORY: usize;",
+            )],
+            list_values: false,
+            body: |_, w| format!("const HISTORY: usize = {};", w - 1),
+        },
+        Table {
+            rule: rules::ROW_OFFSET,
+            items: &[],
+            list_values: false,
+            body: none,
+        },
+        Table {
+            rule: rules::PAGE_SIZE,
+            items: &[
+                (
+                    "Scale chunks in a page, `PAGE / 32`.",
+                    "const SCALE_CHUNKS: usize;",
+                ),
+                (
+                    "Whether the page is also an [`Mxfp8PageSize`] (`typenum::B1`) or not (`typenum::B0`):\n\
+                     lets a type choose the store (`ops::prologue::PreferMxfp8`).",
+                    "type Mxfp8: typenum::Bit;",
+                ),
+            ],
+            list_values: false,
+            body: |_, p| {
+                format!(
+                    "const SCALE_CHUNKS: usize = {}; type Mxfp8 = {};",
+                    p / rules::PAGE_CHUNK,
+                    bit(rules::MXFP8_PAGE_SIZE.holds(p as u64, None))
+                )
+            },
+        },
+        Table {
+            rule: rules::MXFP8_PAGE_SIZE,
+            items: &[],
+            list_values: false,
+            body: none,
+        },
+        Table {
+            rule: rules::MLA_HEAD_DIM,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
+        Table {
+            rule: rules::HEAD_TILE,
+            items: &[
+                (
+                    "Heads per unit of the rule: a narrow tile's own count, or the wide tile's (for a\nmultiple of it).",
+                    "const WIDTH: usize;",
+                ),
+                ("Tiles per query row, `H_Q / WIDTH`.", "const TILES: usize;"),
+            ],
+            list_values: false,
+            body: |_, h| {
+                let width = if rules::NARROW_HEAD_TILES.contains(&h) {
+                    h
+                } else {
+                    rules::WIDE_HEAD_TILE
+                };
+                format!(
+                    "const WIDTH: usize = {width}; const TILES: usize = {};",
+                    h / width
+                )
+            },
+        },
+        Table {
+            rule: rules::PADS_TO,
+            items: &[],
+            list_values: false,
+            body: none,
+        },
+        Table {
+            rule: rules::TOPK_WIDTH,
+            items: &[(
+                "128-wide block pairs, `TOPK / 128`.",
+                "const BLOCK_PAIRS: usize;",
+            )],
+            list_values: false,
+            body: |_, k| format!("const BLOCK_PAIRS: usize = {};", k / rules::TOPK_STEP),
+        },
+        Table {
+            rule: rules::SHARDS_HEADS,
+            items: &[("Heads on each rank.", "const PER_RANK: usize;")],
+            list_values: false,
+            body: |heads, tp| format!("const PER_RANK: usize = {};", param(heads) / tp),
+        },
+        Table {
+            rule: rules::SHARDS_KV_HEADS,
+            items: &[(
+                "KV heads on each rank, `max(1, HEADS / TP)`.",
+                "const PER_RANK: usize;",
+            )],
+            list_values: false,
+            body: |heads, tp| format!("const PER_RANK: usize = {};", (param(heads) / tp).max(1)),
+        },
+    ]
+}
+
+/// The parameter of a rule that has one.
+fn param(p: Option<usize>) -> usize {
+    p.expect("the rule has a parameter")
+}
+
+/// The typenum bit for `b`.
+fn bit(b: bool) -> &'static str {
+    if b { "typenum::B1" } else { "typenum::B0" }
+}
+
+/// `text` as doc-comment lines, indented by `indent`.
+fn doc(out: &mut String, indent: &str, text: &str) {
+    for line in text.lines() {
+        writeln!(out, "{indent}/// {line}").unwrap();
+    }
+}
+
+/// The trait of one table and its implementations.
+fn write_table(out: &mut String, table: &Table) {
+    let rule = &table.rule;
+    // The trait's diagnostic: rustc fills `{Self}` and the parameter itself.
+    let param = rule.param.map(|p| format!("{{{p}}}"));
+    let param = param.as_deref();
+    let note = rule.note("{Self}", param);
+    assert!(!note.is_empty(), "rule `{}` has no note", rule.name);
+    doc(out, "", &rule.doc());
+    writeln!(
+        out,
+        "#[diagnostic::on_unimplemented(\n    message = {:?},\n    label = {:?},\n    note = {note:?}\n)]",
+        rule.message("{Self}", param),
+        rule.label("{Self}", param),
+    )
+    .unwrap();
+    let generics = rule
+        .param
+        .map(|p| format!("<const {p}: usize>"))
+        .unwrap_or_default();
+    writeln!(out, "pub trait {}{generics} {{", rule.name).unwrap();
+    for (text, item) in table.items {
+        doc(out, "    ", text);
+        writeln!(out, "    {item}").unwrap();
+    }
+    writeln!(out, "}}").unwrap();
+
+    let hide = if table.list_values {
+        ""
+    } else {
+        "#[diagnostic::do_not_recommend] "
+    };
+    for (param, value) in rule.values.members() {
+        let args = param.map(|p| format!("<{p}>")).unwrap_or_default();
+        let body = (table.body)(param, value);
+        let body = if body.is_empty() {
+            "{}".to_string()
+        } else {
+            format!("{{ {body} }}")
+        };
+        writeln!(
+            out,
+            "{hide}impl {}{args} for Dim<{value}> {body}",
+            rule.name
+        )
+        .unwrap();
+    }
+}
 
 fn main() {
+    let tables = tables();
+    let names = |names: Vec<&str>| names.join(", ");
+    assert_eq!(
+        names(tables.iter().map(|t| t.rule.name).collect()),
+        names(CATALOGUE.iter().map(|r| r.name).collect()),
+        "build.rs needs one table for each rule of the catalogue, in its order"
+    );
     let mut out = String::new();
-    let hide = "#[diagnostic::do_not_recommend]";
-
-    // MXFP8 widths: multiples of 128 (one 128-channel scale atom per head).
-    for k in 1..=MAX_WIDTH / 128 {
-        let n = k * 128;
-        writeln!(
-            out,
-            "{hide} impl Mxfp8Width for Dim<{n}> {{ const HEADS: usize = {k}; const SCALE_BYTES: usize = {}; type Heads = typenum::U<{k}>; }}",
-            n / 32
-        )
-        .unwrap();
-    }
-    // Whole heads of each supported head dim.
-    for hd in PROLOGUE_HEAD_DIMS {
-        writeln!(out, "impl PrologueHeadDim for Dim<{hd}> {{}}").unwrap();
-        for k in 1..=MAX_WIDTH / hd {
-            writeln!(
-                out,
-                "{hide} impl WholeHeads<{hd}> for Dim<{}> {{ const HEADS: usize = {k}; }}",
-                k * hd
-            )
-            .unwrap();
-        }
-    }
-    for w in CONV_WIDTHS {
-        writeln!(
-            out,
-            "{hide} impl ConvWidth for Dim<{w}> {{ const HISTORY: usize = {}; }}",
-            w - 1
-        )
-        .unwrap();
-    }
-    for k in 0..=MAX_ROW_OFFSET / 8 {
-        writeln!(out, "{hide} impl RowOffset for Dim<{}> {{}}", k * 8).unwrap();
-    }
-    for k in 1..=MAX_PAGE / 32 {
-        let p = k * 32;
-        writeln!(
-            out,
-            "{hide} impl PageSize for Dim<{p}> {{ const SCALE_CHUNKS: usize = {k}; }}"
-        )
-        .unwrap();
-        if p % 128 == 0 {
-            writeln!(out, "{hide} impl Mxfp8PageSize for Dim<{p}> {{}}").unwrap();
-        }
-    }
-    for k in 1..=MAX_TOPK / 128 {
-        writeln!(
-            out,
-            "{hide} impl TopkWidth for Dim<{}> {{ const BLOCK_PAIRS: usize = {k}; }}",
-            k * 128
-        )
-        .unwrap();
-    }
-    // Head tiles: the narrow kernel's 8, 16 and 32, and the multiples of 64 (run in the narrow
-    // kernel's 64-head tiles or the 64-head kernel's, `HeadTiling`).
-    // A real count pads to a tile that holds it with no smaller tile beside it: a narrow tile
-    // takes the counts above the next smaller narrow tile (12 -> 16, 20 -> 32), the 64-head tile
-    // every count up to 64 (the padded wide path stays available), 64k the counts above 64(k-1).
-    for tile in NARROW_HEAD_TILES {
-        writeln!(
-            out,
-            "{hide} impl HeadTile for Dim<{tile}> {{ const WIDTH: usize = {tile}; const TILES: usize = 1; }}"
-        )
-        .unwrap();
-    }
-    for k in 1..=MAX_HEAD_TILE / 64 {
-        writeln!(
-            out,
-            "{hide} impl HeadTile for Dim<{}> {{ const WIDTH: usize = 64; const TILES: usize = {k}; }}",
-            k * 64
-        )
-        .unwrap();
-    }
-    let mut below = 0;
-    for tile in NARROW_HEAD_TILES {
-        for heads in below + 1..=tile {
-            writeln!(out, "{hide} impl PadsTo<{tile}> for Dim<{heads}> {{}}").unwrap();
-        }
-        below = tile;
-    }
-    for k in 1..=MAX_HEAD_TILE / 64 {
-        for heads in (k - 1) * 64 + 1..=k * 64 {
-            writeln!(out, "{hide} impl PadsTo<{}> for Dim<{heads}> {{}}", k * 64).unwrap();
-            if heads % 64 != 0 && !NARROW_HEAD_TILES.contains(&heads) {
-                // A count trivially "pads" to itself, so an unpadded count reports only the
-                // head-tile rule, not a second error.
-                writeln!(out, "{hide} impl PadsTo<{heads}> for Dim<{heads}> {{}}").unwrap();
-            }
-        }
-    }
-    for tp in TP_DEGREES {
-        for heads in 1..=MAX_HEADS {
-            if heads % tp == 0 {
-                writeln!(
-                    out,
-                    "{hide} impl ShardsHeads<{heads}> for Dim<{tp}> {{ const PER_RANK: usize = {}; }}",
-                    heads / tp
-                )
-                .unwrap();
-            }
-            if heads % tp == 0 || tp % heads == 0 {
-                writeln!(
-                    out,
-                    "{hide} impl ShardsKvHeads<{heads}> for Dim<{tp}> {{ const PER_RANK: usize = {}; }}",
-                    (heads / tp).max(1)
-                )
-                .unwrap();
-            }
-        }
+    for table in &tables {
+        write_table(&mut out, table);
     }
 
     // The claimed ranges, for the docs and for the test that proves them.
-    writeln!(
-        out,
-        "/// Largest width the MXFP8 and whole-head tables cover.\npub const MAX_WIDTH: usize = {MAX_WIDTH};\n\
-         /// Largest packed-row offset the alignment table covers.\npub const MAX_ROW_OFFSET: usize = {MAX_ROW_OFFSET};\n\
-         /// Largest page size the page tables cover.\npub const MAX_PAGE: usize = {MAX_PAGE};\n\
-         /// Largest top-k width the top-k table covers.\npub const MAX_TOPK: usize = {MAX_TOPK};\n\
-         /// Largest padded query-head count the head-tile table covers.\npub const MAX_HEAD_TILE: usize = {MAX_HEAD_TILE};\n\
-         /// Largest head count the tensor-parallel tables cover.\npub const MAX_HEADS: usize = {MAX_HEADS};"
-    )
-    .unwrap();
+    for (name, what, value) in [
+        (
+            "MAX_WIDTH",
+            "width the MXFP8 and whole-head tables cover",
+            rules::MAX_WIDTH,
+        ),
+        (
+            "MAX_ROW_OFFSET",
+            "packed-row offset the alignment table covers",
+            rules::MAX_ROW_OFFSET,
+        ),
+        (
+            "MAX_PAGE",
+            "page size the page tables cover",
+            rules::MAX_PAGE,
+        ),
+        (
+            "MAX_TOPK",
+            "top-k width the top-k table covers",
+            rules::MAX_TOPK,
+        ),
+        (
+            "MAX_HEAD_TILE",
+            "padded query-head count the head-tile table covers",
+            rules::MAX_HEAD_TILE,
+        ),
+        (
+            "MAX_HEADS",
+            "head count the tensor-parallel tables cover",
+            rules::MAX_HEADS,
+        ),
+    ] {
+        writeln!(
+            out,
+            "/// Largest {what}.\npub const {name}: usize = {value};"
+        )
+        .unwrap();
+    }
 
     let out_dir = std::env::var("OUT_DIR").unwrap();
     std::fs::write(Path::new(&out_dir).join("rule_tables.rs"), out).unwrap();
@@ -162,14 +298,15 @@ fn main() {
 }
 
 /// The values the library claims each rule accepts, as calls for `tests/dims.rs`, enumerated
-/// from the documented ranges (not from the tables above) so that a gap in a table fails.
+/// from the documented ranges (not from the catalogue's tables) so that a gap in a table fails.
 fn claims() -> String {
+    use rules::{MAX_HEAD_TILE, MAX_PAGE, MAX_ROW_OFFSET, MAX_TOPK, MAX_WIDTH};
     let mut c = String::from("fn claimed_values_resolve() {\n");
     for n in (128..=MAX_WIDTH).step_by(128) {
         writeln!(c, "    mxfp8_width::<{n}>();").unwrap();
         writeln!(c, "    whole_heads::<128, {n}>();").unwrap();
     }
-    for hd in PROLOGUE_HEAD_DIMS {
+    for hd in rules::PROLOGUE_HEAD_DIMS {
         for n in (hd..=MAX_WIDTH).step_by(hd) {
             writeln!(c, "    whole_heads::<{hd}, {n}>();").unwrap();
         }
@@ -183,7 +320,7 @@ fn claims() -> String {
     for k in (128..=MAX_TOPK).step_by(128) {
         writeln!(c, "    topk_width::<{k}>();").unwrap();
     }
-    for h in [8, 16, 32] {
+    for h in rules::NARROW_HEAD_TILES {
         writeln!(c, "    head_tile::<{h}>();").unwrap();
     }
     for h in (64..=MAX_HEAD_TILE).step_by(64) {
@@ -192,7 +329,7 @@ fn claims() -> String {
     for o in (0..=MAX_ROW_OFFSET).step_by(8) {
         writeln!(c, "    row_offset::<{o}>();").unwrap();
     }
-    for w in CONV_WIDTHS {
+    for w in rules::MIN_CONV_WIDTH..=rules::MAX_CONV_WIDTH {
         writeln!(c, "    conv_width::<{w}>();").unwrap();
     }
     c.push_str("}\n");
