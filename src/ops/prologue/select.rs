@@ -24,14 +24,15 @@
 
 use super::{Bf16Store, Mxfp8Store, Store};
 use crate::dim::Dim;
+use crate::rules::{PageSize, PrologueHeadDim};
+use typenum::{B0, B1};
 
 /// The store a head dim (`Self = Dim<HD>`) gets with pages of `PAGE` tokens: MXFP8 where it
 /// can, bf16 otherwise.
-#[diagnostic::on_unimplemented(
-    message = "head dim `{Self}` has no fused-prologue KV store",
-    label = "the fused prologue takes head dims 64, 128 or 256",
-    note = "128-channel heads get the MXFP8 store where the page size allows it, 64 and 256 the bf16 store"
-)]
+///
+/// Implemented for every head dim of [`PrologueHeadDim`] and page size of [`PageSize`]; a value
+/// outside them reports that rule. Which store a pair gets follows the rules' own flags
+/// ([`PrologueHeadDim::Mxfp8`], [`PageSize::Mxfp8`]), so no value is listed here.
 pub trait PreferMxfp8<const PAGE: usize> {
     /// The chosen store.
     type Store: Store;
@@ -40,60 +41,33 @@ pub trait PreferMxfp8<const PAGE: usize> {
 /// The store [`PreferMxfp8`] picks for head dim `HD` and pages of `PAGE` tokens.
 pub type PreferredStore<const HD: usize, const PAGE: usize> = <Dim<HD> as PreferMxfp8<PAGE>>::Store;
 
-impl<const PAGE: usize> PreferMxfp8<PAGE> for Dim<64>
+impl<const HD: usize, const PAGE: usize> PreferMxfp8<PAGE> for Dim<HD>
 where
-    Dim<PAGE>: Mxfp8IfPageAllows,
+    Dim<HD>: PrologueHeadDim,
+    Dim<PAGE>: PageSize,
+    <Dim<HD> as PrologueHeadDim>::Mxfp8: StoreFor<PAGE, <Dim<PAGE> as PageSize>::Mxfp8>,
 {
-    type Store = Bf16Store<PAGE>;
-}
-impl<const PAGE: usize> PreferMxfp8<PAGE> for Dim<128>
-where
-    Dim<PAGE>: Mxfp8IfPageAllows,
-{
-    type Store = <Dim<PAGE> as Mxfp8IfPageAllows>::Store;
-}
-impl<const PAGE: usize> PreferMxfp8<PAGE> for Dim<256>
-where
-    Dim<PAGE>: Mxfp8IfPageAllows,
-{
-    type Store = Bf16Store<PAGE>;
+    type Store = <<Dim<HD> as PrologueHeadDim>::Mxfp8 as StoreFor<
+        PAGE,
+        <Dim<PAGE> as PageSize>::Mxfp8,
+    >>::Store;
 }
 
-/// The store a 128-channel head gets with pages of `Self` tokens: MXFP8 for whole 128-token
-/// scale tiles, bf16 for the other multiples of 32.
-#[diagnostic::on_unimplemented(
-    message = "page size `{Self}` is not a positive multiple of 32",
-    label = "KV page sizes must be positive multiples of 32 tokens (up to 4096)",
-    note = "pages are tiled in 32-token scale chunks; use 32, 64, 128, …"
-)]
-pub trait Mxfp8IfPageAllows {
+/// The store for pages of `PAGE` tokens, chosen by whether the head dim (`Self`) and the page
+/// (`P`) take MXFP8: MXFP8 when both do, bf16 otherwise.
+pub trait StoreFor<const PAGE: usize, P> {
     /// The chosen store.
     type Store: Store;
 }
-
-/// For each `k`, pages of `128·k` tokens take MXFP8 and the three multiples of 32 below them
-/// take bf16; `k` runs to 32, the end of the `PageSize` table (4096).
-macro_rules! page_stores {
-    ($($k:literal)*) => {$(
-        #[diagnostic::do_not_recommend]
-        impl Mxfp8IfPageAllows for Dim<{ $k * 128 }> {
-            type Store = Mxfp8Store<{ $k * 128 }>;
-        }
-        #[diagnostic::do_not_recommend]
-        impl Mxfp8IfPageAllows for Dim<{ $k * 128 - 32 }> {
-            type Store = Bf16Store<{ $k * 128 - 32 }>;
-        }
-        #[diagnostic::do_not_recommend]
-        impl Mxfp8IfPageAllows for Dim<{ $k * 128 - 64 }> {
-            type Store = Bf16Store<{ $k * 128 - 64 }>;
-        }
-        #[diagnostic::do_not_recommend]
-        impl Mxfp8IfPageAllows for Dim<{ $k * 128 - 96 }> {
-            type Store = Bf16Store<{ $k * 128 - 96 }>;
-        }
-    )*};
+impl<const PAGE: usize, P> StoreFor<PAGE, P> for B0 {
+    type Store = Bf16Store<PAGE>;
 }
-page_stores!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
+impl<const PAGE: usize> StoreFor<PAGE, B0> for B1 {
+    type Store = Bf16Store<PAGE>;
+}
+impl<const PAGE: usize> StoreFor<PAGE, B1> for B1 {
+    type Store = Mxfp8Store<PAGE>;
+}
 
 #[cfg(test)]
 mod tests {
