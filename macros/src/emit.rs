@@ -231,6 +231,15 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
     let heads = lit(k.sharding.heads);
     let hq = lit(k.sharding.hq);
     let hq_padded = lit(k.hq_padded);
+    let hq_padded_doc = format!(
+        " `HQ` rounded up to the smallest head tile ({} or a multiple of {}): the heads the sparse MLA prefill runs.",
+        shapeproof_rules::list(&shapeproof_rules::NARROW_HEAD_TILES, None),
+        shapeproof_rules::WIDE_HEAD_TILE
+    );
+    let topk_doc = format!(
+        " `INDEX_TOPK` rounded up to a multiple of {}: the width of the index rows (pad with -1).",
+        shapeproof_rules::TOPK_STEP
+    );
     let d_qk = lit(k.d_qk);
     let lora = lit(k.kv_lora_rank);
     let rope = lit(k.qk_rope_head_dim);
@@ -252,7 +261,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub const HEADS: usize = #heads;
         /// Query heads on each rank, `HEADS / TENSOR_PARALLEL` (the real count).
         pub const HQ: usize = #hq;
-        /// `HQ` rounded up to the smallest head tile (8, 16, 32 or a multiple of 64): the heads the sparse MLA prefill runs.
+        #[doc = #hq_padded_doc]
         pub const HQ_PADDED: usize = #hq_padded;
         /// Latent channels, which are also the value width.
         pub const KV_LORA_RANK: usize = #lora;
@@ -262,7 +271,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub const D_QK: usize = #d_qk;
         /// The model's top-k.
         pub const INDEX_TOPK: usize = #index_topk;
-        /// `INDEX_TOPK` rounded up to a multiple of 128: the width of the index rows (pad with -1).
+        #[doc = #topk_doc]
         pub const TOPK: usize = #topk;
         #sm_scale
 
