@@ -2,8 +2,9 @@
 //!
 //! Use it through the main crate, as `shapeproof::model!`; its documentation there describes
 //! the syntax. This crate reads the configuration (`syntax.rs` inline, `json.rs` from a file,
-//! merged in `source.rs`), types it (`config.rs`), checks it against the kernels' rules and
-//! computes the per-rank geometry (`geometry.rs`), and writes the module (`emit.rs`).
+//! merged in `source.rs`), types it (`config.rs`), checks it against the kernels' rules (taken
+//! from the rule catalogue, `shapeproof-rules`) and computes the per-rank geometry
+//! (`geometry.rs`), and writes the module (`emit.rs`).
 
 extern crate proc_macro;
 
