@@ -162,11 +162,12 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
                 &g,
                 &layer.weights,
                 &mut layer.conv,
-                batch,
-                &mut layer.windows,
-                out,
-                kv,
-                None,
+                (batch, &mut layer.windows),
+                PrologueTargets {
+                    out,
+                    kv,
+                    errors: None,
+                },
             )
         })
         .unwrap()
@@ -183,11 +184,12 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
                     &g,
                     &layer.weights,
                     &mut layer.conv,
-                    batch,
-                    &mut layer.windows,
-                    out,
-                    kv,
-                    None,
+                    (batch, &mut layer.windows),
+                    PrologueTargets {
+                        out,
+                        kv,
+                        errors: None,
+                    },
                 )?;
             }
             let t = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
@@ -195,11 +197,12 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
                 &g,
                 &layer.weights,
                 &mut layer.conv,
-                batch,
-                &mut layer.windows,
-                out,
-                kv,
-                None,
+                (batch, &mut layer.windows),
+                PrologueTargets {
+                    out,
+                    kv,
+                    errors: None,
+                },
             )?;
             Ok((t, plan))
         })

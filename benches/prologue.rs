@@ -208,24 +208,25 @@ fn extend_case<S: BenchStore>(g: &Cuda, host: &HostInputs) -> ExtendCase<S> {
         .collect();
     let seq_of_token: Vec<i32> = (0..tokens).map(|t| (t / EXTEND_SEQ_LEN) as i32).collect();
     let loc: Vec<i64> = (0..tokens as i64).collect();
-    let batch = ExtendBatch::new(
-        Tensor::from_host(g, "qkvr", &host.qkvr, tokens).unwrap(),
-        Tensor::from_host(g, "cu_seqlens", &cu, seqs + 1).unwrap(),
-        Tensor::from_host(g, "seq_of_token", &seq_of_token, tokens).unwrap(),
-        Tensor::from_host(
+    let batch = ExtendBatch::new(ExtendBatchParts {
+        qkvr: Tensor::from_host(g, "qkvr", &host.qkvr, tokens).unwrap(),
+        cu_seqlens: Tensor::from_host(g, "cu_seqlens", &cu, seqs + 1).unwrap(),
+        seq_of_token: Tensor::from_host(g, "seq_of_token", &seq_of_token, tokens).unwrap(),
+        cache_indices: Tensor::from_host(
             g,
             "cache_indices",
             &(0..seqs as i32).collect::<Vec<_>>(),
             seqs,
         )
         .unwrap(),
-        Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
-        Tensor::from_host(g, "has_initial_state", &vec![1u8; seqs], seqs).unwrap(),
-        Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
-        Some(Tensor::from_host(g, "tau", &host.tau, tokens).unwrap()),
-        None,
-        true,
-    )
+        cache_mask: Tensor::from_host(g, "cache_mask", &vec![1u8; seqs], seqs).unwrap(),
+        has_initial_state: Tensor::from_host(g, "has_initial_state", &vec![1u8; seqs], seqs)
+            .unwrap(),
+        loc: Tensor::from_host(g, "loc", &loc, tokens).unwrap(),
+        tau: Some(Tensor::from_host(g, "tau", &host.tau, tokens).unwrap()),
+        track: None,
+        update_conv_state: true,
+    })
     .unwrap();
     ExtendCase {
         batch,
@@ -261,11 +262,12 @@ macro_rules! verify_call {
                 $g,
                 $w,
                 &mut c.conv,
-                &c.batch,
-                &mut c.windows,
-                &mut c.out,
-                &mut c.kv,
-                None,
+                (&c.batch, &mut c.windows),
+                PrologueTargets {
+                    out: &mut c.out,
+                    kv: &mut c.kv,
+                    errors: None,
+                },
             )
             .unwrap()
     }};
@@ -283,7 +285,17 @@ macro_rules! plan_extend {
     ($kernel:expr, $g:expr, $w:expr, $c:expr) => {{
         let c = &mut $c;
         $kernel
-            .launch_plan($g, $w, &mut c.conv, &c.batch, &mut c.out, &mut c.kv, None)
+            .launch_plan(
+                $g,
+                $w,
+                &mut c.conv,
+                &c.batch,
+                PrologueTargets {
+                    out: &mut c.out,
+                    kv: &mut c.kv,
+                    errors: None,
+                },
+            )
             .unwrap()
     }};
 }
@@ -296,11 +308,11 @@ macro_rules! plan_extend {
 fn graph_us<K: PrologueKernel>(
     g: &Cuda,
     calls: usize,
-    mut plan: impl FnMut(usize) -> PrologueLaunch,
+    mut plan: impl FnMut(usize) -> PrologueLaunchPlan,
 ) -> f64 {
     let main = g.function::<K>().unwrap();
     let update = g.function::<K::Update>().unwrap();
-    let plans: Vec<PrologueLaunch> = (0..calls).map(&mut plan).collect();
+    let plans: Vec<PrologueLaunchPlan> = (0..calls).map(&mut plan).collect();
     g.synchronize().unwrap();
     g.stream()
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
@@ -447,11 +459,12 @@ fn main() {
             &g,
             &w,
             &mut b.conv,
-            &b.batch,
-            &mut b.windows,
-            &mut b.out,
-            &mut b.kv,
-            None,
+            (&b.batch, &mut b.windows),
+            PrologueTargets {
+                out: &mut b.out,
+                kv: &mut b.kv,
+                errors: None,
+            },
         )
         .unwrap();
     let function = g
@@ -499,11 +512,12 @@ fn main() {
             &g,
             &w,
             &mut b.conv,
-            &view_batch,
-            &mut b.windows,
-            &mut view_out,
-            &mut view_kv,
-            None,
+            (&view_batch, &mut b.windows),
+            PrologueTargets {
+                out: &mut view_out,
+                kv: &mut view_kv,
+                errors: None,
+            },
         )
         .unwrap()
     };

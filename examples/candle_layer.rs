@@ -201,11 +201,12 @@ fn layer_step<B: CandleBackend + RunPrologue>(
                         &backend,
                         &weights,
                         &mut conv,
-                        &batch,
-                        &mut windows,
-                        &mut out,
-                        &mut kv,
-                        None,
+                        (&batch, &mut windows),
+                        PrologueTargets {
+                            out: &mut out,
+                            kv: &mut kv,
+                            errors: None,
+                        },
                     )
                 })
             })
@@ -295,11 +296,12 @@ fn reference_pool(qkvr: &Ct) -> Result<Vec<u8>, Error> {
         &Cpu,
         weights,
         &mut conv,
-        &batch,
-        &mut windows,
-        &mut out,
-        &mut kv,
-        None,
+        (&batch, &mut windows),
+        PrologueTargets {
+            out: &mut out,
+            kv: &mut kv,
+            errors: None,
+        },
     )?;
     Ok(kv.k().to_host(&Cpu)?.iter().map(|x| x.to_bits()).collect())
 }

@@ -106,9 +106,11 @@ impl<B: RunPrologue> Step<B> {
                 &self.weights,
                 &mut self.conv,
                 &self.batch,
-                &mut self.out,
-                &mut self.kv,
-                None,
+                PrologueTargets {
+                    out: &mut self.out,
+                    kv: &mut self.kv,
+                    errors: None,
+                },
             )
             .unwrap();
     }

@@ -112,21 +112,19 @@ where
     }
 }
 
-impl<B: RunPrologue, const DKV: usize, L: QkvrLayout<1024, DKV>> Layer<B, DKV, L>
-where
-    Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
-{
+impl<B: RunPrologue, const DKV: usize, L: QkvrLayout<1024, DKV>> Layer<B, DKV, L> {
     fn run(&mut self, b: &B, kernel: &Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>) {
         kernel
             .run(
                 b,
                 &self.weights,
                 &mut self.conv,
-                &self.batch,
-                &mut self.windows,
-                &mut self.out,
-                &mut self.kv,
-                None,
+                (&self.batch, &mut self.windows),
+                PrologueTargets {
+                    out: &mut self.out,
+                    kv: &mut self.kv,
+                    errors: None,
+                },
             )
             .unwrap();
     }
@@ -177,7 +175,6 @@ fn gpu_layer<const DKV: usize, L: QkvrLayout<1024, DKV>>(
     tau: bool,
 ) where
     Dim<DKV>: Mxfp8Width,
-    Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
 {
     let (sample, batch) = (8, 64);
     let mut on_gpu = layer::<Cuda, DKV, L>(g, 7, sample, tau);
@@ -227,7 +224,6 @@ fn cpu_layer<const DKV: usize, L: QkvrLayout<1024, DKV>>(
     tau: bool,
 ) where
     Dim<DKV>: Mxfp8Width,
-    Mxfp8Prologue<Verify, 1024, DKV, L, InklingConv, PAGE>: PrologueKernel,
 {
     let seqs = 8;
     let mut l = layer::<Cpu, DKV, L>(&Cpu, 7, seqs, tau);

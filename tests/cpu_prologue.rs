@@ -430,11 +430,12 @@ fn boundary_errors_name_the_parameter() {
             &b,
             &weights,
             &mut conv,
-            &batch,
-            &mut windows,
-            &mut out,
-            &mut kv,
-            None,
+            (&batch, &mut windows),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: None,
+            },
         )
         .err()
         .unwrap();
@@ -450,11 +451,12 @@ fn boundary_errors_name_the_parameter() {
             &b,
             &weights,
             &mut conv,
-            &batch,
-            &mut windows,
-            &mut out,
-            &mut kv,
-            None,
+            (&batch, &mut windows),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: None,
+            },
         )
         .err()
         .unwrap();

@@ -143,11 +143,11 @@ fn check<S, const HD: usize, const DQ: usize, const DKV: usize, L>(
     S::Cache<Cuda, DKV, Owned>: KvCacheTarget<Cuda> + TestCache<Cuda>,
     S::Cache<Cpu, DKV, Owned>: KvCacheTarget<Cpu> + TestCache<Cpu>,
     Prologue<Verify, S, HD, DQ, DKV, L, InklingConv>:
-        PrologueKernel + Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
+        Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
     Prologue<Extend, S, HD, DQ, DKV, L, InklingConv>:
-        PrologueKernel + Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
+        Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
     Prologue<Decode, S, HD, DQ, DKV, L, InklingConv>:
-        PrologueKernel + Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
+        Dispatch<Cuda, S, HD, DQ, DKV, L> + Dispatch<Cpu, S, HD, DQ, DKV, L>,
 {
     let g = gpu();
     let mut rng = common::rng(geometry);

@@ -164,7 +164,7 @@ pub unsafe fn raw_launch<P: Copy>(
 pub unsafe fn raw_launch_us(
     g: &Cuda,
     function: sys::CUfunction,
-    plan: &shapeproof::ops::prologue::PrologueLaunch,
+    plan: &shapeproof::ops::prologue::PrologueLaunchPlan,
     n: usize,
 ) -> f64 {
     let mut params = plan.params;

@@ -4,6 +4,7 @@
 //! argument structs and their boundary constructors; `cpu.rs` the reference; `cuda.rs` the
 //! launch.
 
+pub(crate) mod checked;
 pub mod mxfp8_quantize;
 pub mod prologue;
 pub mod sparse_mla;

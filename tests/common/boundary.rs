@@ -213,7 +213,15 @@ pub fn prologue_extents<B: RunPrologue>(b: &B) {
     let mut short = VerifyWindows::<B, DKV, Conv>::zeros(b, 1, 4).unwrap();
     names(
         kernel.run(
-            b, &weights, &mut conv, &batch, &mut short, &mut out, &mut kv, None,
+            b,
+            &weights,
+            &mut conv,
+            (&batch, &mut short),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: None,
+            },
         ),
         "k_inter",
     );
@@ -223,11 +231,12 @@ pub fn prologue_extents<B: RunPrologue>(b: &B) {
             b,
             &weights,
             &mut conv,
-            &batch,
-            &mut other_q,
-            &mut out,
-            &mut kv,
-            None,
+            (&batch, &mut other_q),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: None,
+            },
         ),
         "k_inter",
     );
@@ -238,11 +247,12 @@ pub fn prologue_extents<B: RunPrologue>(b: &B) {
             b,
             &weights,
             &mut conv,
-            &batch,
-            &mut windows,
-            &mut out9,
-            &mut kv,
-            None,
+            (&batch, &mut windows),
+            PrologueTargets {
+                out: &mut out9,
+                kv: &mut kv,
+                errors: None,
+            },
         ),
         "q_out",
     );
@@ -251,11 +261,12 @@ pub fn prologue_extents<B: RunPrologue>(b: &B) {
             b,
             &weights,
             &mut conv,
-            &batch,
-            &mut windows,
-            &mut out,
-            &mut kv,
-            None,
+            (&batch, &mut windows),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: None,
+            },
         )
         .unwrap();
 
@@ -270,18 +281,18 @@ pub fn prologue_extents<B: RunPrologue>(b: &B) {
     );
     #[allow(clippy::type_complexity)]
     let extend = |n: [usize; 7], track: Option<ExtendTrack<B, Conv>>| {
-        ExtendBatch::<B, Row, Conv>::new(
-            t(b, n[0]),
-            t(b, n[1]),
-            t(b, n[2]),
-            t(b, n[3]),
-            t(b, n[4]),
-            t(b, n[5]),
-            t(b, n[6]),
-            None,
+        ExtendBatch::<B, Row, Conv>::new(ExtendBatchParts {
+            qkvr: t(b, n[0]),
+            cu_seqlens: t(b, n[1]),
+            seq_of_token: t(b, n[2]),
+            cache_indices: t(b, n[3]),
+            cache_mask: t(b, n[4]),
+            has_initial_state: t(b, n[5]),
+            loc: t(b, n[6]),
+            tau: None,
             track,
-            true,
-        )
+            update_conv_state: true,
+        })
     };
     names(extend([6, 2, 6, 2, 2, 2, 6], None), "cu_seqlens");
     names(extend([6, 3, 5, 2, 2, 2, 6], None), "seq_of_token");
@@ -389,18 +400,18 @@ pub fn hostile_index_values<B: RunPrologue + RunSparseMla>(b: &B, rng: &mut StdR
             host(b, &garbage_i64(rng, seqs)),
         )
         .unwrap();
-        let batch = ExtendBatch::<B, Row, Conv>::new(
-            qkvr(tokens, rng),
-            host(b, &garbage_i64(rng, seqs + 1)),
-            host(b, &garbage_i32(rng, tokens)),
-            host(b, &garbage_i32(rng, seqs)),
-            host(b, &flags(seqs, rng)),
-            host(b, &flags(seqs, rng)),
-            host(b, &garbage_i64(rng, tokens)),
-            Some(host(b, &vec![1.5f32; tokens])),
-            Some(track),
-            true,
-        )
+        let batch = ExtendBatch::<B, Row, Conv>::new(ExtendBatchParts {
+            qkvr: qkvr(tokens, rng),
+            cu_seqlens: host(b, &garbage_i64(rng, seqs + 1)),
+            seq_of_token: host(b, &garbage_i32(rng, tokens)),
+            cache_indices: host(b, &garbage_i32(rng, seqs)),
+            cache_mask: host(b, &flags(seqs, rng)),
+            has_initial_state: host(b, &flags(seqs, rng)),
+            loc: host(b, &garbage_i64(rng, tokens)),
+            tau: Some(host(b, &vec![1.5f32; tokens])),
+            track: Some(track),
+            update_conv_state: true,
+        })
         .unwrap();
         let mut out = Mxfp8Outputs::<B, DQ, DKV>::zeros(b, tokens).unwrap();
         Mxfp8Prologue::<Extend, DQ, DKV, Row, Conv, PAGE>::new()
@@ -409,9 +420,11 @@ pub fn hostile_index_values<B: RunPrologue + RunSparseMla>(b: &B, rng: &mut StdR
                 &weights,
                 &mut conv,
                 &batch,
-                &mut out,
-                &mut kv,
-                Some(&mut errors),
+                PrologueTargets {
+                    out: &mut out,
+                    kv: &mut kv,
+                    errors: Some(&mut errors),
+                },
             )
             .unwrap();
 
@@ -439,9 +452,11 @@ pub fn hostile_index_values<B: RunPrologue + RunSparseMla>(b: &B, rng: &mut StdR
                 &weights,
                 &mut conv,
                 &batch,
-                &mut out,
-                &mut bf16_kv,
-                Some(&mut errors),
+                PrologueTargets {
+                    out: &mut out,
+                    kv: &mut bf16_kv,
+                    errors: Some(&mut errors),
+                },
             )
             .unwrap();
 
@@ -463,11 +478,12 @@ pub fn hostile_index_values<B: RunPrologue + RunSparseMla>(b: &B, rng: &mut StdR
                 b,
                 &weights,
                 &mut conv,
-                &batch,
-                &mut windows,
-                &mut out,
-                &mut kv,
-                Some(&mut errors),
+                (&batch, &mut windows),
+                PrologueTargets {
+                    out: &mut out,
+                    kv: &mut kv,
+                    errors: Some(&mut errors),
+                },
             )
             .unwrap();
 
@@ -537,9 +553,11 @@ pub fn counter_wraps_and_empty_batches_count_nothing<B: RunPrologue>(b: &B) {
                 &weights,
                 &mut conv,
                 &decode,
-                &mut out,
-                &mut kv,
-                Some(errors),
+                PrologueTargets {
+                    out: &mut out,
+                    kv: &mut kv,
+                    errors: Some(errors),
+                },
             )
             .unwrap();
     };
@@ -558,18 +576,18 @@ pub fn counter_wraps_and_empty_batches_count_nothing<B: RunPrologue>(b: &B) {
 
     // Extend with 2 sequences and no token: garbage per-sequence indices are never read.
     errors.reset(b).unwrap();
-    let empty = ExtendBatch::<B, Row, Conv>::new(
-        Tensor::from_host(b, "qkvr", &[], 0).unwrap(),
-        host(b, &[0i64, 0, 0]),
-        host(b, &[] as &[i32]),
-        host(b, &[1000i32, -9]),
-        host(b, &[1u8, 1]),
-        host(b, &[1u8, 0]),
-        host(b, &[] as &[i64]),
-        None,
-        None,
-        true,
-    )
+    let empty = ExtendBatch::<B, Row, Conv>::new(ExtendBatchParts {
+        qkvr: Tensor::from_host(b, "qkvr", &[], 0).unwrap(),
+        cu_seqlens: host(b, &[0i64, 0, 0]),
+        seq_of_token: host(b, &[] as &[i32]),
+        cache_indices: host(b, &[1000i32, -9]),
+        cache_mask: host(b, &[1u8, 1]),
+        has_initial_state: host(b, &[1u8, 0]),
+        loc: host(b, &[] as &[i64]),
+        tau: None,
+        track: None,
+        update_conv_state: true,
+    })
     .unwrap();
     let mut out = Bf16Outputs::<B, DQ, DKV>::zeros(b, 0).unwrap();
     Bf16Prologue::<Extend, 128, DQ, DKV, Row, Conv, PAGE>::new()
@@ -578,9 +596,11 @@ pub fn counter_wraps_and_empty_batches_count_nothing<B: RunPrologue>(b: &B) {
             &weights,
             &mut conv,
             &empty,
-            &mut out,
-            &mut kv,
-            Some(&mut errors),
+            PrologueTargets {
+                out: &mut out,
+                kv: &mut kv,
+                errors: Some(&mut errors),
+            },
         )
         .unwrap();
     assert_eq!(

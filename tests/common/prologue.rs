@@ -439,7 +439,7 @@ where
     S: TestStore,
     L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV, Owned>: KvCacheTarget<B> + TestCache<B>,
-    Prologue<V, S, HD, DQ, DKV, L, InklingConv>: PrologueKernel + Dispatch<B, S, HD, DQ, DKV, L>,
+    Prologue<V, S, HD, DQ, DKV, L, InklingConv>: Dispatch<B, S, HD, DQ, DKV, L>,
 {
     assert_eq!((sc.dq, sc.dkv, sc.hd, sc.row), (DQ, DKV, HD, L::ROW));
     let weights = weights::<B, HD, DKV>(b, sc);
@@ -497,7 +497,6 @@ where
     S: Store,
     L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
-    Self: PrologueKernel,
 {
     fn dispatch(
         &self,
@@ -534,11 +533,12 @@ where
             b,
             weights,
             conv,
-            &batch,
-            &mut windows,
-            out,
-            cache,
-            Some(errors),
+            (&batch, &mut windows),
+            PrologueTargets {
+                out,
+                kv: cache,
+                errors: Some(errors),
+            },
         )
         .unwrap();
         seen.k_inter = windows.k().to_host(b).unwrap();
@@ -553,7 +553,6 @@ where
     S: Store,
     L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
-    Self: PrologueKernel,
 {
     fn dispatch(
         &self,
@@ -577,21 +576,31 @@ where
             )
             .unwrap()
         });
-        let batch = ExtendBatch::<B, L, InklingConv>::new(
-            qkvr(b, sc),
-            vec_tensor(b, "cu_seqlens", &sc.cu_seqlens),
-            vec_tensor(b, "seq_of_token", &sc.seq_of_token),
-            vec_tensor(b, "cache_indices", &sc.cache_indices),
-            vec_tensor(b, "cache_mask", &sc.cache_mask),
-            vec_tensor(b, "has_initial_state", &sc.has_initial_state),
-            vec_tensor(b, "loc", &sc.loc),
-            tau(b, sc),
+        let batch = ExtendBatch::<B, L, InklingConv>::new(ExtendBatchParts {
+            qkvr: qkvr(b, sc),
+            cu_seqlens: vec_tensor(b, "cu_seqlens", &sc.cu_seqlens),
+            seq_of_token: vec_tensor(b, "seq_of_token", &sc.seq_of_token),
+            cache_indices: vec_tensor(b, "cache_indices", &sc.cache_indices),
+            cache_mask: vec_tensor(b, "cache_mask", &sc.cache_mask),
+            has_initial_state: vec_tensor(b, "has_initial_state", &sc.has_initial_state),
+            loc: vec_tensor(b, "loc", &sc.loc),
+            tau: tau(b, sc),
             track,
-            update,
+            update_conv_state: update,
+        })
+        .unwrap();
+        self.run(
+            b,
+            weights,
+            conv,
+            &batch,
+            PrologueTargets {
+                out,
+                kv: cache,
+                errors: Some(errors),
+            },
         )
         .unwrap();
-        self.run(b, weights, conv, &batch, out, cache, Some(errors))
-            .unwrap();
     }
 }
 
@@ -602,7 +611,6 @@ where
     S: Store,
     L: QkvrLayout<DQ, DKV>,
     S::Cache<B, DKV, Owned>: KvCacheTarget<B>,
-    Self: PrologueKernel,
 {
     fn dispatch(
         &self,
@@ -634,7 +642,17 @@ where
             track,
         )
         .unwrap();
-        self.run(b, weights, conv, &batch, out, cache, Some(errors))
-            .unwrap();
+        self.run(
+            b,
+            weights,
+            conv,
+            &batch,
+            PrologueTargets {
+                out,
+                kv: cache,
+                errors: Some(errors),
+            },
+        )
+        .unwrap();
     }
 }

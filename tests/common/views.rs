@@ -135,11 +135,12 @@ pub fn prologue_through_views<B: RunPrologue>(b: &B, rng: &mut StdRng) {
             b,
             &weights,
             &mut owned_conv,
-            &owned_batch,
-            &mut owned_windows,
-            &mut owned_out,
-            &mut owned_kv,
-            None,
+            (&owned_batch, &mut owned_windows),
+            PrologueTargets {
+                out: &mut owned_out,
+                kv: &mut owned_kv,
+                errors: None,
+            },
         )
         .unwrap();
 
@@ -209,11 +210,12 @@ pub fn prologue_through_views<B: RunPrologue>(b: &B, rng: &mut StdRng) {
                 b,
                 &weights,
                 &mut conv,
-                &batch,
-                &mut windows,
-                &mut out,
-                &mut kv,
-                None,
+                (&batch, &mut windows),
+                PrologueTargets {
+                    out: &mut out,
+                    kv: &mut kv,
+                    errors: None,
+                },
             )
             .unwrap();
         // The view and the owned run agree on everything they wrote.

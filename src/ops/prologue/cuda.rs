@@ -1,12 +1,21 @@
-//! CUDA launch of the prologue (`kernels/inkling_prologue.cu`).
+//! CUDA launch of the prologue (`kernels/inkling_prologue.cu`), and the prologue's CUDA-only
+//! entries: [`Prologue::record`] (into a CUDA graph) and [`Prologue::launch_plan`] (the
+//! parameter blocks, for raw launches).
 
 use std::marker::PhantomData;
 
-use super::call::{KvTarget, PrologueCall, PrologueLaunchEntry, QTarget, VariantArgs};
-use super::{ConvSpec, Prologue, PrologueStatics, QkvrLayout, Store, Variant};
+use super::launch::{
+    BatchSlices, ConvSlices, KvTarget, PrologueCall, PrologueEntry, QTarget, TargetSlices,
+    VariantSlices,
+};
+use super::{
+    ConvSpec, ConvState, Prologue, PrologueBatch, PrologueSpec, PrologueStatics, PrologueTargets,
+    PrologueWeights, QkvrLayout, RunPrologue, Store, Variant,
+};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
 use crate::error::Result;
+use crate::tensor::{Storage, StorageMut};
 
 const SOURCE: &str = include_str!("../../../kernels/inkling_prologue.cu");
 
@@ -71,10 +80,9 @@ crate::param_block! {
     }
 }
 
-/// A prologue kernel type: its static facts and its CUDA instantiations.
-pub trait PrologueKernel: CudaKernel<Params = PrologueParams> {
-    /// The static facts as values.
-    const STATICS: PrologueStatics;
+/// A prologue kernel type as CUDA sees it: its spec, its instantiation, and the extend
+/// variant's trailing update (for callers that launch [`PrologueLaunchPlan`]s themselves).
+pub trait PrologueKernel: PrologueSpec + CudaKernel<Params = PrologueParams> {
     /// The extend variant's trailing conv-state update kernel.
     type Update: CudaKernel<Params = ConvStateUpdateParams>;
 }
@@ -117,7 +125,6 @@ where
     L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
 {
-    const STATICS: PrologueStatics = Prologue::<V, S, HD, DQ, DKV, L, C>::STATICS;
     type Update = ConvStateUpdateKernel<HD, DQ, DKV, L, C>;
 }
 
@@ -194,7 +201,7 @@ pub fn update_launch_shape(st: &PrologueStatics, seqs: usize) -> LaunchShape {
 /// conv-state update. Built without touching the device, so a caller can replay the parameter
 /// blocks with raw driver launches (the typed launch's benchmark baseline) or in its own graph.
 #[derive(Clone, Copy, Debug)]
-pub struct PrologueLaunch {
+pub struct PrologueLaunchPlan {
     /// Grid, block and shared memory of the main kernel.
     pub shape: LaunchShape,
     /// The main kernel's parameter block.
@@ -203,92 +210,115 @@ pub struct PrologueLaunch {
     pub update: Option<(LaunchShape, ConvStateUpdateParams)>,
 }
 
-impl PrologueLaunchEntry for Cuda {
-    unsafe fn prologue<K: PrologueKernel>(&self, mut call: PrologueCall<'_, Cuda>) -> Result<()> {
-        if call.tokens == 0 {
+impl PrologueEntry for Cuda {
+    unsafe fn prologue<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>(
+        &self,
+        mut call: PrologueCall<'_, Cuda>,
+    ) -> Result<()>
+    where
+        V: Variant,
+        S: Store,
+        L: QkvrLayout<DQ, DKV>,
+        C: ConvSpec,
+    {
+        if call.batch.tokens == 0 {
             return Ok(());
         }
+        let statics = Prologue::<V, S, HD, DQ, DKV, L, C>::STATICS;
         let mut args = DeviceArgs::new(self)?;
-        let launch = fill_params::<K>(&mut args, &mut call)?;
+        let plan = plan(&statics, &mut args, &mut call)?;
         // SAFETY: every buffer's extent was tied to the batch by the typed `run` (rows × the
         // row shape of its type), and the kernel guards every index it reads from the device.
-        unsafe { args.launch::<K>(launch.shape, &launch.params) }?;
-        if let Some((shape, params)) = launch.update {
+        unsafe { args.launch::<Prologue<V, S, HD, DQ, DKV, L, C>>(plan.shape, &plan.params) }?;
+        if let Some((shape, params)) = plan.update {
             // SAFETY: as above; the update reads the same tied buffers.
-            unsafe { args.launch::<K::Update>(shape, &params) }?;
+            unsafe { args.launch::<ConvStateUpdateKernel<HD, DQ, DKV, L, C>>(shape, &params) }?;
         }
         Ok(()) // dropping `args` records the launches' reads and writes
     }
 }
 
-/// The parameter blocks and shapes of one checked call, for a caller's raw launches.
-pub(crate) fn prologue_launch<K: PrologueKernel>(
-    cuda: &Cuda,
-    mut call: PrologueCall<'_, Cuda>,
-) -> Result<PrologueLaunch> {
-    let mut args = DeviceArgs::new(cuda)?;
-    fill_params::<K>(&mut args, &mut call)
-}
-
-/// Admits every buffer of `call` and fills the parameter blocks.
-fn fill_params<'a, K: PrologueKernel>(
+/// Admits every buffer of `call` and fills the parameter blocks: the batch and weights, the
+/// conv state, the targets, then the variant's own fields (and the extend update's block).
+fn plan<'a>(
+    st: &PrologueStatics,
     args: &mut DeviceArgs<'a>,
     call: &'a mut PrologueCall<'_, Cuda>,
-) -> Result<PrologueLaunch> {
-    let st = K::STATICS;
+) -> Result<PrologueLaunchPlan> {
     let PrologueCall {
-        tokens,
-        seqs,
-        qkvr,
-        q_gamma,
-        k_gamma,
-        k_weight,
-        v_weight,
-        eps,
-        k_cache,
-        v_cache,
-        conv_slots,
-        cache_indices,
-        cache_mask,
-        tau,
-        loc,
-        q,
-        k_out,
-        v_out,
-        kv,
+        batch,
         variant,
-        bad_index_count,
+        weights,
+        conv,
+        targets,
     } = call;
     let mut p = PrologueParams {
-        qkvr: args.read_vectors("qkvr", qkvr)?,
         qkvr_row_stride: st.row as i64,
-        num_tokens: *tokens as i32,
-        num_seqs: *seqs as i32,
-        k_cache: args.write_vectors("k_cache", k_cache)?,
-        v_cache: args.write_vectors("v_cache", v_cache)?,
-        conv_slots: *conv_slots as i32,
-        cache_indices: args.read("cache_indices", cache_indices)?,
-        cache_mask: args.read("cache_mask", cache_mask)?,
-        k_weight: args.read_vectors("k_weight", k_weight)?,
-        v_weight: args.read_vectors("v_weight", v_weight)?,
-        q_gamma: args.read_vectors("q_gamma", q_gamma)?,
-        k_gamma: args.read_vectors("k_gamma", k_gamma)?,
-        eps: *eps,
-        tau: args.read_opt("log_scaling_tau", tau.as_ref())?,
-        k_out: args.write_vectors("k_out", k_out)?,
-        v_out: args.write_vectors("v_out", v_out)?,
-        loc: args.read("loc", loc)?,
-        bad_index_count: args.write_opt("bad_index_count", bad_index_count.as_mut())?,
+        eps: weights.eps,
         ..Default::default()
     };
-    match q {
+    fill_batch(args, &mut p, batch)?;
+    p.q_gamma = args.read_vectors("q_gamma", &weights.q_gamma)?;
+    p.k_gamma = args.read_vectors("k_gamma", &weights.k_gamma)?;
+    p.k_weight = args.read_vectors("k_weight", &weights.k_weight)?;
+    p.v_weight = args.read_vectors("v_weight", &weights.v_weight)?;
+    fill_conv(args, &mut p, conv)?;
+    fill_targets(args, &mut p, targets)?;
+    let update = fill_variant(args, &mut p, variant)?;
+    Ok(PrologueLaunchPlan {
+        shape: prologue_launch_shape(st, batch.tokens),
+        params: p,
+        update: update
+            .filter(|_| batch.seqs > 0)
+            .map(|u| (update_launch_shape(st, batch.seqs), u)),
+    })
+}
+
+/// The batch's extents and per-token / per-sequence arrays.
+fn fill_batch<'a>(
+    args: &mut DeviceArgs<'a>,
+    p: &mut PrologueParams,
+    batch: &'a BatchSlices<'_, Cuda>,
+) -> Result<()> {
+    p.qkvr = args.read_vectors("qkvr", &batch.qkvr)?;
+    p.num_tokens = batch.tokens as i32;
+    p.num_seqs = batch.seqs as i32;
+    p.cache_indices = args.read("cache_indices", &batch.cache_indices)?;
+    p.cache_mask = args.read("cache_mask", &batch.cache_mask)?;
+    p.tau = args.read_opt("log_scaling_tau", batch.tau.as_ref())?;
+    p.loc = args.read("loc", &batch.loc)?;
+    Ok(())
+}
+
+/// The conv-state caches and their slot count.
+fn fill_conv<'a>(
+    args: &mut DeviceArgs<'a>,
+    p: &mut PrologueParams,
+    conv: &'a mut ConvSlices<'_, Cuda>,
+) -> Result<()> {
+    p.k_cache = args.write_vectors("k_cache", &mut conv.cache.k)?;
+    p.v_cache = args.write_vectors("v_cache", &mut conv.cache.v)?;
+    p.conv_slots = conv.slots as i32;
+    Ok(())
+}
+
+/// q, k and v out, the KV store and the skipped-index counter.
+fn fill_targets<'a>(
+    args: &mut DeviceArgs<'a>,
+    p: &mut PrologueParams,
+    targets: &'a mut TargetSlices<'_, Cuda>,
+) -> Result<()> {
+    p.k_out = args.write_vectors("k_out", &mut targets.k)?;
+    p.v_out = args.write_vectors("v_out", &mut targets.v)?;
+    p.bad_index_count = args.write_opt("bad_index_count", targets.bad_index_count.as_mut())?;
+    match &mut targets.q {
         QTarget::Bf16(q) => p.q_out = args.write_vectors("q_out", q)?,
         QTarget::Mxfp8 { data, scales } => {
             p.q_out = args.write_vectors("q_out", data)?;
             p.q_scale = args.write("q_scale", scales)?;
         }
     }
-    match kv {
+    match &mut targets.kv {
         KvTarget::None => {}
         KvTarget::Bf16 { k, v, slots } => {
             p.k_buf = args.write_vectors("k_buf", k)?;
@@ -309,20 +339,28 @@ fn fill_params<'a, K: PrologueKernel>(
             p.kv_slots = *slots as i64;
         }
     }
-    let mut update = None;
+    Ok(())
+}
+
+/// The variant's own fields; for extend with an update or tracking, the trailing update's
+/// block (which shares the main block's buffers).
+fn fill_variant<'a>(
+    args: &mut DeviceArgs<'a>,
+    p: &mut PrologueParams,
+    variant: &'a mut VariantSlices<'_, Cuda>,
+) -> Result<Option<ConvStateUpdateParams>> {
     match variant {
-        VariantArgs::Verify {
+        VariantSlices::Verify {
             draft_tokens,
-            k_inter,
-            v_inter,
+            windows,
             capacity,
         } => {
             p.draft_tokens = *draft_tokens as i32;
-            p.k_inter = args.write_vectors("k_inter", k_inter)?;
-            p.v_inter = args.write_vectors("v_inter", v_inter)?;
+            p.k_inter = args.write_vectors("k_inter", &mut windows.k)?;
+            p.v_inter = args.write_vectors("v_inter", &mut windows.v)?;
             p.inter_capacity = *capacity as i32;
         }
-        VariantArgs::Extend {
+        VariantSlices::Extend {
             cu_seqlens,
             seq_of_token,
             has_initial_state,
@@ -352,21 +390,70 @@ fn fill_params<'a, K: PrologueKernel>(
                     u.track_mask = args.read("track_mask", &t.mask)?;
                     u.track_dst = args.read("track_dst", &t.dst)?;
                 }
-                update = Some(u);
+                return Ok(Some(u));
             }
         }
-        VariantArgs::Decode { track } => {
+        VariantSlices::Decode { track } => {
             if let Some(t) = track {
                 p.track_mask = args.read("track_mask", &t.mask)?;
                 p.track_indices = args.read("track_indices", &t.indices)?;
             }
         }
     }
-    Ok(PrologueLaunch {
-        shape: prologue_launch_shape(&st, *tokens),
-        params: p,
-        update: update
-            .filter(|_| *seqs > 0)
-            .map(|u| (update_launch_shape(&st, *seqs), u)),
-    })
+    Ok(None)
+}
+
+impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
+    Prologue<V, S, HD, DQ, DKV, L, C>
+where
+    V: Variant,
+    S: Store,
+    L: QkvrLayout<DQ, DKV>,
+    C: ConvSpec,
+{
+    /// Records the same call as [`run`](Self::run) into a CUDA graph (after the same checks):
+    /// the graph borrows every argument until it is dropped, so no tensor can be freed or
+    /// swapped while it can replay.
+    pub fn record<'g, B, A, SW, SC, SO, SK>(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        weights: &'g PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'g mut ConvState<B, DKV, C, SC>,
+        batch: A,
+        targets: PrologueTargets<'g, B, S::Outputs<B, DQ, DKV, SO>, S::Cache<B, DKV, SK>>,
+    ) -> Result<()>
+    where
+        B: RunPrologue + IsCuda,
+        A: PrologueBatch<'g, B, V, L, DKV, C>,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    {
+        graph.record(|cuda: &B| self.run(cuda, weights, conv, batch, targets))
+    }
+
+    /// The launches [`run`](Self::run) would queue on `cuda`, as parameter blocks and shapes,
+    /// after the same checks; nothing is queued. For replaying the call with raw driver
+    /// launches (a benchmark's baseline, an engine's own graph), which is `unsafe` on the
+    /// caller's side: the blocks hold raw device addresses of the buffers borrowed here.
+    pub fn launch_plan<'a, A, SW, SC, SO, SK>(
+        &self,
+        cuda: &Cuda,
+        weights: &'a PrologueWeights<Cuda, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<Cuda, DKV, C, SC>,
+        batch: A,
+        targets: PrologueTargets<'a, Cuda, S::Outputs<Cuda, DQ, DKV, SO>, S::Cache<Cuda, DKV, SK>>,
+    ) -> Result<PrologueLaunchPlan>
+    where
+        A: PrologueBatch<'a, Cuda, V, L, DKV, C>,
+        SW: Storage<Cuda>,
+        SC: StorageMut<Cuda>,
+        SO: StorageMut<Cuda>,
+        SK: StorageMut<Cuda>,
+    {
+        let mut call = Self::call(weights, conv, batch, targets)?;
+        let mut args = DeviceArgs::new(cuda)?;
+        plan(&Self::STATICS, &mut args, &mut call)
+    }
 }

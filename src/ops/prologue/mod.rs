@@ -5,36 +5,44 @@
 //! The kernel type [`Prologue`] carries every static fact as a type parameter: the variant
 //! (verify, extend, decode), the store (none, bf16, MXFP8 with its page size), the head dim, the
 //! q and kv widths, the packed-row layout and the conv. Its constructor is where the rules are
-//! checked; its `run` methods take the batch, already checked at its own constructor, and
-//! launch with no further validation.
+//! checked; its [`run`](Prologue::run) takes the batch, already checked at its own constructor,
+//! and launches with no further validation.
+//!
+//! Files: this module the kernel type, its rules and `run`; `args.rs` the checked argument
+//! structs; `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the
+//! launch (and the CUDA-only `record` and `launch_plan`).
 
 mod args;
-mod call;
 mod cpu;
 mod cuda;
+mod launch;
 
 pub use args::{
-    Bf16OutputParts, DecodeBatchParts, ExtendBatchParts, Mxfp8OutputParts, VerifyBatchParts,
+    Bf16OutputParts, ConvStateParts, DecodeBatchParts, DecodeTrackParts, ExtendBatchParts,
+    ExtendTrackParts, Mxfp8OutputParts, PrologueWeightsParts, VerifyBatchParts, VerifyWindowsParts,
 };
 pub use args::{
     ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
     ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
 };
-pub use call::KvCacheTarget;
 pub use cuda::{
-    ConvStateUpdateKernel, ConvStateUpdateParams, PrologueKernel, PrologueLaunch, PrologueParams,
+    ConvStateUpdateKernel, ConvStateUpdateParams, PrologueKernel, PrologueLaunchPlan,
+    PrologueParams,
 };
 
 use std::marker::PhantomData;
 
+use launch::{BatchSlices, ConvSlices, PrologueCall, TargetSlices, VariantSlices};
+
 use crate::backend::Backend;
 use crate::backend::sealed::Sealed;
 use crate::dim::Dim;
+use crate::error::{Error, Result};
 use crate::layout::{Mxfp8KvCache, PagedBf16Kv};
 use crate::rules::{
     ConvWidth, Mxfp8PageSize, Mxfp8Width, PageSize, PrologueHeadDim, RowOffset, WholeHeads,
 };
-use crate::tensor::{RowShape, StorageMut};
+use crate::tensor::{RowShape, Storage, StorageMut};
 
 pub mod select;
 pub use select::{PreferMxfp8, PreferredStore};
@@ -112,9 +120,30 @@ impl<const PAGE: usize> Store for Mxfp8Store<PAGE> {
 
 /// The per-token outputs of a call (q, its scales where MXFP8, k and v), tied to one token
 /// count. Sealed: the launch trusts the row counts it reports.
-pub trait Outputs<B: Backend>: call::OutputTargets<B> {}
+pub trait Outputs<B: Backend>: launch::OutputTargets<B> {}
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Outputs<B>
+    for Bf16Outputs<B, DQ, DKV, S>
+{
+}
+impl<B: Backend, const DQ: usize, const DKV: usize, S: StorageMut<B>> Outputs<B>
+    for Mxfp8Outputs<B, DQ, DKV, S>
+{
+}
 
 pub use args::{Bf16Outputs, Mxfp8Outputs};
+
+/// A KV cache the prologue can store into (none, [`PagedBf16Kv`], [`Mxfp8KvCache`]). Sealed:
+/// the launch trusts the slot count it reports.
+pub trait KvCacheTarget<B: Backend>: launch::CacheSlices<B> {}
+impl<B: Backend> KvCacheTarget<B> for () {}
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> KvCacheTarget<B>
+    for PagedBf16Kv<B, PAGE, DKV, S>
+{
+}
+impl<B: Backend, const PAGE: usize, const DKV: usize, S: StorageMut<B>> KvCacheTarget<B>
+    for Mxfp8KvCache<B, PAGE, DKV, S>
+{
+}
 
 /// The depthwise causal conv applied to k and v: width `W`, optional SiLU, optional residual.
 pub struct Conv<const W: usize, const SILU: bool, const RESIDUAL: bool>;
@@ -339,16 +368,22 @@ impl<V: Variant, const HD: usize, const DQ: usize, const DKV: usize, L: 'static,
     }
 }
 
-impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
-    Prologue<V, S, HD, DQ, DKV, L, C>
+/// What a prologue kernel type fixes, as values: the backend-neutral spec the CPU reference
+/// computes with and the CUDA launch sizes its grid from.
+pub trait PrologueSpec {
+    /// The static facts of this instantiation.
+    const STATICS: PrologueStatics;
+}
+
+impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> PrologueSpec
+    for Prologue<V, S, HD, DQ, DKV, L, C>
 where
     V: Variant,
     S: Store,
     L: QkvrLayout<DQ, DKV>,
     C: ConvSpec,
 {
-    /// The static facts of this instantiation.
-    pub const STATICS: PrologueStatics = PrologueStatics {
+    const STATICS: PrologueStatics = PrologueStatics {
         variant: V::ID,
         store: S::ID,
         hd: HD,
@@ -379,7 +414,7 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> Copy
 
 /// A backend that can run the prologue: the CPU reference and CUDA. Sealed: its entry takes a
 /// call only the typed `run` methods can assemble.
-pub trait RunPrologue: Backend + Sized + call::PrologueLaunchEntry {}
+pub trait RunPrologue: Backend + Sized + launch::PrologueEntry {}
 impl RunPrologue for crate::backend::Cpu {}
 impl RunPrologue for crate::backend::Cuda {}
 
@@ -387,4 +422,128 @@ impl RunPrologue for crate::backend::Cuda {}
 /// `tau(pos) = 1 + alpha · ln(max((pos + 1) / n_floor, 1))`.
 pub fn log_scaling_tau(position: u64, n_floor: f32, alpha: f32) -> f32 {
     1.0 + alpha * ((position as f32 + 1.0) / n_floor).max(1.0).ln()
+}
+
+/// Where one call of the prologue writes, besides the conv state: the per-token outputs, the
+/// KV cache the store fills, and the counter of indices the device skipped.
+pub struct PrologueTargets<'a, B: Backend, O, K> {
+    /// The per-token outputs ([`Bf16Outputs`] or [`Mxfp8Outputs`], as the store says).
+    pub out: &'a mut O,
+    /// The KV cache ([`PagedBf16Kv`], [`Mxfp8KvCache`], or `()` without a store).
+    pub kv: &'a mut K,
+    /// The skipped-index counter, or none.
+    pub errors: Option<&'a mut ErrorCounter<B>>,
+}
+
+/// The batch argument of the variant `V`'s [`Prologue::run`]: `&ExtendBatch` for extend,
+/// `&DecodeBatch` for decode, and for verify the batch with the windows it saves,
+/// `(&VerifyBatch, &mut VerifyWindows)`.
+///
+/// Sealed: it supplies what differs between the variants (the sequence count, the variant's
+/// own slices and checks), which the launch trusts.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a batch of the `{V}` prologue",
+    label = "the batch argument of this variant's `run`",
+    note = "verify takes `(&VerifyBatch, &mut VerifyWindows)`, extend `&ExtendBatch`, decode `&DecodeBatch`"
+)]
+pub trait PrologueBatch<'a, B: Backend, V, L, const DKV: usize, C>:
+    launch::SplitBatch<'a, B>
+{
+}
+
+impl<'a, B: Backend, L: RowLayout, const DKV: usize, C: ConvSpec, SB: Storage<B>, SN>
+    PrologueBatch<'a, B, Verify, L, DKV, C>
+    for (
+        &'a VerifyBatch<B, L, SB>,
+        &'a mut VerifyWindows<B, DKV, C, SN>,
+    )
+where
+    SN: StorageMut<B>,
+{
+}
+impl<'a, B: Backend, L: RowLayout, const DKV: usize, C: ConvSpec, SB: Storage<B>>
+    PrologueBatch<'a, B, Extend, L, DKV, C> for &'a ExtendBatch<B, L, C, SB>
+{
+}
+impl<'a, B: Backend, L: RowLayout, const DKV: usize, C, SB: Storage<B>>
+    PrologueBatch<'a, B, Decode, L, DKV, C> for &'a DecodeBatch<B, L, SB>
+{
+}
+
+impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>
+    Prologue<V, S, HD, DQ, DKV, L, C>
+where
+    V: Variant,
+    S: Store,
+    L: QkvrLayout<DQ, DKV>,
+    C: ConvSpec,
+{
+    /// Runs the prologue of this variant on `backend`: q/k/v out and K/V stored at `loc`;
+    /// verify also saves the conv windows, decode updates the conv state in place, extend
+    /// (if asked) runs the trailing conv-state update.
+    ///
+    /// `batch` is the variant's [`PrologueBatch`]. Every argument struct can hold owned
+    /// tensors or views of the caller's buffers (its storage parameter), independently of the
+    /// others.
+    pub fn run<'a, B, A, SW, SC, SO, SK>(
+        &self,
+        backend: &B,
+        weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<B, DKV, C, SC>,
+        batch: A,
+        targets: PrologueTargets<'a, B, S::Outputs<B, DQ, DKV, SO>, S::Cache<B, DKV, SK>>,
+    ) -> Result<()>
+    where
+        B: RunPrologue,
+        A: PrologueBatch<'a, B, V, L, DKV, C>,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    {
+        let call = Self::call(weights, conv, batch, targets)?;
+        // SAFETY: assembled by `call`, the boundary.
+        unsafe { backend.prologue::<V, S, HD, DQ, DKV, L, C>(call) }
+    }
+
+    /// The boundary of every entry (`run`, `record`, `launch_plan`): ties the outputs to the
+    /// batch (and the variant's own checks, through `PrologueBatch`) and borrows everything
+    /// as one call.
+    fn call<'a, B, A, SW, SC, SO, SK>(
+        weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
+        conv: &'a mut ConvState<B, DKV, C, SC>,
+        batch: A,
+        targets: PrologueTargets<'a, B, S::Outputs<B, DQ, DKV, SO>, S::Cache<B, DKV, SK>>,
+    ) -> Result<PrologueCall<'a, B>>
+    where
+        B: Backend,
+        A: PrologueBatch<'a, B, V, L, DKV, C>,
+        SW: Storage<B>,
+        SC: StorageMut<B>,
+        SO: StorageMut<B>,
+        SK: StorageMut<B>,
+    {
+        let (batch, variant): (BatchSlices<'a, B>, VariantSlices<'a, B>) = batch.split()?;
+        let PrologueTargets { out, kv, errors } = targets;
+        for (param, rows) in launch::OutputTargets::rows(&*out) {
+            Error::check_extent(param, "tokens", batch.tokens, rows)?;
+        }
+        let (q, k, v) = launch::OutputTargets::targets(out);
+        Ok(PrologueCall {
+            batch,
+            variant,
+            weights: weights.slices(),
+            conv: ConvSlices {
+                slots: conv.slots(),
+                cache: conv.slices_mut(),
+            },
+            targets: TargetSlices {
+                q,
+                k,
+                v,
+                kv: launch::CacheSlices::target(kv),
+                bad_index_count: errors.map(|e| e.slice_mut()),
+            },
+        })
+    }
 }

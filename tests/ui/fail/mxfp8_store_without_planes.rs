@@ -15,7 +15,7 @@ fn store(
     kv: &mut PagedBf16Kv<Cpu, 128, 128>,
 ) {
     let p = Mxfp8Prologue::<Verify, 1024, 128, Row, InklingConv, 128>::new();
-    let _ = p.run(&Cpu, weights, conv, batch, windows, out, kv, None);
+    let _ = p.run(&Cpu, weights, conv, (batch, windows), PrologueTargets { out, kv, errors: None });
 }
 
 fn main() {}
