@@ -7,7 +7,7 @@ use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, 
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
-    Plain, SparseMlaKernel, SparseMlaNarrow64Kernel, WithLength, WithLengthAndSink,
+    Plain, SparseMlaNarrowKernel, SparseMlaWideKernel, WithLength, WithLengthAndSink,
 };
 
 /// Compiles `K` with the layout of its Rust parameter block asserted against the CUDA struct
@@ -92,21 +92,21 @@ macro_rules! for_each_option {
 
 #[test]
 fn sparse_mla() {
-    every_sparse_mla_variant!(SparseMlaKernel);
+    every_sparse_mla_variant!(SparseMlaWideKernel);
 }
 
 /// The narrow-tile kernel (8, 16 and 32 heads).
 #[test]
 fn sparse_mla_narrow() {
-    every_sparse_mla_variant!(SparseMlaKernel, 8);
-    every_sparse_mla_variant!(SparseMlaKernel, 16);
-    every_sparse_mla_variant!(SparseMlaKernel, 32);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, 8);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, 16);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, 32);
 }
 
 /// The narrow kernel's 64-head tile (two 32-head consumer warpgroups).
 #[test]
 fn sparse_mla_narrow_64() {
-    every_sparse_mla_variant!(SparseMlaNarrow64Kernel);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, 64);
 }
 
 /// The user kernel of the examples keeps its mirror too.

@@ -1,8 +1,10 @@
 //! The kernels' typed specs, one module per family, each with its CPU and CUDA backends.
 //!
-//! `mod.rs` of a family holds the kernel type (whose constructor carries the rules), its
-//! argument structs and their boundary constructors; `cpu.rs` the reference; `cuda.rs` the
-//! launch.
+//! Every family has the same files (`docs/ARCHITECTURE.md`, "Op family template"): `mod.rs`
+//! the kernel type, its rules and the safe `run`; `args.rs` the checked argument structs
+//! (declared with [`checked_struct!`](checked)); `launch.rs` the sealed `<Family>Entry` and its
+//! `<Family>Call`; `cpu.rs` the reference; `cuda.rs` the launch and the CUDA-only `record` and
+//! `launch_plan`. Only `cuda.rs` names CUDA types.
 
 pub(crate) mod checked;
 pub mod mxfp8_quantize;

@@ -1,11 +1,14 @@
 //! CPU reference of [`super::Mxfp8Quantize`].
 
-use super::launch::{Mxfp8QuantizeCall, Mxfp8QuantizeLaunch};
+use super::launch::{Mxfp8QuantizeCall, Mxfp8QuantizeEntry};
 use crate::backend::Cpu;
 use crate::dtype::{MXFP8_BLOCK, mxfp8_encode_block};
 use crate::error::Result;
 
-impl Mxfp8QuantizeLaunch for Cpu {
+/// The CPU reference runs the op.
+impl super::RunMxfp8Quantize for Cpu {}
+
+impl Mxfp8QuantizeEntry for Cpu {
     unsafe fn mxfp8_quantize<const WIDTH: usize>(
         &self,
         call: Mxfp8QuantizeCall<'_, Cpu>,

@@ -23,6 +23,9 @@ use crate::dtype::{MXFP8_BLOCK, bf16, mxfp8_encode_block, mxfp8_encode_row, rn_b
 use crate::error::Result;
 use crate::layout::{kv_data_offset, scale_plane_offset};
 
+/// The CPU reference runs the op.
+impl super::RunPrologue for Cpu {}
+
 impl PrologueEntry for Cpu {
     unsafe fn prologue<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>(
         &self,

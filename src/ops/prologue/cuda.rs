@@ -210,6 +210,9 @@ pub struct PrologueLaunchPlan {
     pub update: Option<(LaunchShape, ConvStateUpdateParams)>,
 }
 
+/// The CUDA launch runs the op.
+impl super::RunPrologue for Cuda {}
+
 impl PrologueEntry for Cuda {
     unsafe fn prologue<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>(
         &self,

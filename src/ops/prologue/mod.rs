@@ -415,8 +415,6 @@ impl<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C> Copy
 /// A backend that can run the prologue: the CPU reference and CUDA. Sealed: its entry takes a
 /// call only the typed `run` methods can assemble.
 pub trait RunPrologue: Backend + Sized + launch::PrologueEntry {}
-impl RunPrologue for crate::backend::Cpu {}
-impl RunPrologue for crate::backend::Cuda {}
 
 /// The log-scaling temperature of a position (docs/kernels/prologue.md §1.12):
 /// `tau(pos) = 1 + alpha · ln(max((pos + 1) / n_floor, 1))`.

@@ -4,13 +4,16 @@
 
 use rayon::prelude::*;
 
-use super::launch::{SparseMlaCall, SparseMlaLaunch};
+use super::launch::{SparseMlaCall, SparseMlaEntry};
 use super::{D_V, Options};
 use crate::backend::Cpu;
 use crate::dtype::{bf16, e4m3_to_f32};
 use crate::error::Result;
 
-impl SparseMlaLaunch for Cpu {
+/// The CPU reference runs the op.
+impl super::RunSparseMla for Cpu {}
+
+impl SparseMlaEntry for Cpu {
     unsafe fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,

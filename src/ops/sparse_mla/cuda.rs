@@ -1,21 +1,29 @@
-//! CUDA launch of the sparse MLA prefill: `kernels/sparse_mla_narrow.cu` for narrow tiles of 8,
-//! 16 or 32 heads (its 64-head tiles of two 32-head warpgroups are a kernel of their own,
-//! [`SparseMlaNarrow64Kernel`], which the default tiling no longer picks),
-//! `kernels/sparse_mla_prefill.cu` for 64-head tiles (by default more than 32 heads, and every
-//! call with `HeadTiling::Tiles64`); both are compiled after `kernels/sparse_mla_common.cuh`
-//! (their parameter block and PTX helpers).
+//! CUDA launch of the sparse MLA prefill, and its CUDA-only entry
+//! [`SparseMlaPrefill::record`].
+//!
+//! Two kernels, one type each, named by their kernel: [`SparseMlaNarrowKernel`]
+//! (`kernels/sparse_mla_narrow.cu`) in head tiles of 8, 16 or 32 (its 64-head tile of two
+//! 32-head warpgroups, `SparseMlaNarrowKernel<_, _, 64>`, is one the default tiling no longer
+//! picks), and [`SparseMlaWideKernel`], the 64-head kernel (`kernels/sparse_mla_prefill.cu`:
+//! by default more than 32 heads, and every call with `HeadTiling::Tiles64`). Both are
+//! compiled after `kernels/sparse_mla_common.cuh` (their parameter block and PTX helpers).
 
 use std::marker::PhantomData;
 
-use super::launch::{SparseMlaCall, SparseMlaLaunch};
-use super::{HeadTiling, Options, max_query_rows};
+use super::launch::{SparseMlaCall, SparseMlaEntry};
+use super::{
+    HeadTiling, Options, OutRow, RunSparseMla, SparseMlaInputs, SparseMlaPrefill, max_query_rows,
+};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::dtype::bf16;
 use crate::error::Result;
+use crate::layout::MlaLatentKv;
+use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
-/// Threads per CTA of the 64-head kernel: two consumer warpgroups and a producer warpgroup
-/// (`sparse_mla::kThreads`).
-const THREADS: u32 = 384;
+/// Threads per CTA of the 64-head (wide) kernel: two consumer warpgroups and a producer
+/// warpgroup (`sparse_mla::kThreads`).
+const WIDE_THREADS: u32 = 384;
 
 crate::param_block! {
     /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
@@ -39,23 +47,24 @@ crate::param_block! {
     }
 }
 
-/// The sparse MLA kernel for head tiles of `TILE` heads: `TILE = 64` is
-/// `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>` (`HeadTiling::Tiles64`, any
-/// H_Q), `TILE` = 8, 16 or 32 is `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`.
-pub struct SparseMlaKernel<const D_QK: usize, O, const TILE: usize = 64>(PhantomData<O>);
+/// The 64-head (wide) kernel, `sparse_mla_prefill_kernel<D_QK, HAVE_TOPK_LENGTH, HAVE_SINK>`
+/// (`kernels/sparse_mla_prefill.cu`): tiles of 64 heads on a persistent grid, for more than 32
+/// real heads by default and for any `H_Q` with `HeadTiling::Tiles64`.
+pub struct SparseMlaWideKernel<const D_QK: usize, O>(PhantomData<O>);
 
-/// The narrow kernel's 64-head tile, `sparse_mla_narrow_kernel<D_QK, 64, HAVE_TOPK_LENGTH,
-/// HAVE_SINK>`: one CTA per SM whose two consumer warpgroups each run 32 of the heads as a
-/// 32-head tile, both reading one gathered K ring. [`HeadTiling`] no longer picks it (the
-/// 64-head kernel, persistent too, is faster at every top-k); it stays for engines that launch
-/// it themselves ([`Cuda::launch`](crate::backend::Cuda::launch)) and as the kernel harness's
-/// comparison.
-pub struct SparseMlaNarrow64Kernel<const D_QK: usize, O>(PhantomData<O>);
+/// The narrow kernel in head tiles of `TILE` heads,
+/// `sparse_mla_narrow_kernel<D_QK, TILE, HAVE_TOPK_LENGTH, HAVE_SINK>`
+/// (`kernels/sparse_mla_narrow.cu`). `TILE` = 8, 16 or 32 run up to 32 real heads by default;
+/// `TILE = 64` (one CTA per SM whose two consumer warpgroups each run 32 of the heads over one
+/// gathered K ring) is no longer picked by [`HeadTiling`] (the wide kernel, persistent too, is
+/// faster at every top-k): it stays for engines that launch it themselves
+/// ([`Cuda::launch`](crate::backend::Cuda::launch)) and as the kernel harness's comparison.
+pub struct SparseMlaNarrowKernel<const D_QK: usize, O, const TILE: usize>(PhantomData<O>);
 
 /// Dynamic shared memory of one CTA of the 64-head kernel, `192·D_QK + 119424` bytes (the kernel
 /// asserts the same formula against its layout: Q tile and two K slots of `64·D_QK` bytes each,
 /// three V^T slots of 33792, two P tiles of 8192, statistics and 14 barriers).
-pub const fn sparse_mla_smem_bytes(d_qk: usize) -> u32 {
+pub const fn sparse_mla_wide_smem_bytes(d_qk: usize) -> u32 {
     (192 * d_qk + 119424) as u32
 }
 
@@ -128,71 +137,32 @@ const NARROW_SOURCE: &str = concat!(
     include_str!("../../../kernels/sparse_mla_narrow.cu")
 );
 
-impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
-    for SparseMlaKernel<D_QK, O, TILE>
-{
-    const SOURCE: &'static str = if TILE == 64 {
-        WIDE_SOURCE
-    } else {
-        NARROW_SOURCE
-    };
-    const DYNAMIC_SMEM_BYTES: u32 = if TILE == 64 {
-        sparse_mla_smem_bytes(D_QK)
-    } else {
-        sparse_mla_narrow_smem_bytes(D_QK, TILE)
-    };
-    type Params = SparseMlaParams;
-    fn instantiation() -> String {
-        if TILE == 64 {
-            format!(
-                "sparse_mla_prefill_kernel<{D_QK}, {}, {}>",
-                O::HAVE_LENGTH,
-                O::HAVE_SINK
-            )
-        } else {
-            format!(
-                "sparse_mla_narrow_kernel<{D_QK}, {TILE}, {}, {}>",
-                O::HAVE_LENGTH,
-                O::HAVE_SINK
-            )
-        }
-    }
-}
-
-impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaNarrow64Kernel<D_QK, O> {
-    const SOURCE: &'static str = NARROW_SOURCE;
-    const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_narrow_smem_bytes(D_QK, 64);
+impl<const D_QK: usize, O: Options> CudaKernel for SparseMlaWideKernel<D_QK, O> {
+    const SOURCE: &'static str = WIDE_SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_wide_smem_bytes(D_QK);
     type Params = SparseMlaParams;
     fn instantiation() -> String {
         format!(
-            "sparse_mla_narrow_kernel<{D_QK}, 64, {}, {}>",
+            "sparse_mla_prefill_kernel<{D_QK}, {}, {}>",
             O::HAVE_LENGTH,
             O::HAVE_SINK
         )
     }
 }
 
-/// A kernel type of the narrow kernel and the head tile it was instantiated for, so that its
-/// launch shape follows from the type.
-trait NarrowTile: CudaKernel<Params = SparseMlaParams> {
-    const TILE: usize;
-}
-
-impl<const D_QK: usize, O: Options, const TILE: usize> NarrowTile
-    for SparseMlaKernel<D_QK, O, TILE>
+impl<const D_QK: usize, O: Options, const TILE: usize> CudaKernel
+    for SparseMlaNarrowKernel<D_QK, O, TILE>
 {
-    // `SparseMlaKernel<_, _, 64>` is the 64-head kernel, not a narrow tile.
-    const TILE: usize = {
-        assert!(
-            TILE != 64,
-            "SparseMlaKernel<_, _, 64> is the 64-head kernel"
-        );
-        TILE
-    };
-}
-
-impl<const D_QK: usize, O: Options> NarrowTile for SparseMlaNarrow64Kernel<D_QK, O> {
-    const TILE: usize = 64;
+    const SOURCE: &'static str = NARROW_SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = sparse_mla_narrow_smem_bytes(D_QK, TILE);
+    type Params = SparseMlaParams;
+    fn instantiation() -> String {
+        format!(
+            "sparse_mla_narrow_kernel<{D_QK}, {TILE}, {}, {}>",
+            O::HAVE_LENGTH,
+            O::HAVE_SINK
+        )
+    }
 }
 
 /// Which kernel runs a head tile: the narrow kernel in tiles of 8, 16 or 32 heads, or the
@@ -204,6 +174,9 @@ enum TileKernel {
     Narrow32,
     Wide,
 }
+
+/// The CUDA launch runs the op.
+impl super::RunSparseMla for Cuda {}
 
 impl TileKernel {
     /// Heads a tile of this kernel holds.
@@ -237,7 +210,7 @@ fn head_tile_plan(tiling: HeadTiling, heads: usize) -> (TileKernel, usize) {
     (kernel, heads.div_ceil(kernel.tile()))
 }
 
-impl SparseMlaLaunch for Cuda {
+impl SparseMlaEntry for Cuda {
     unsafe fn sparse_mla<
         const D_QK: usize,
         const H_Q: usize,
@@ -295,23 +268,23 @@ impl SparseMlaLaunch for Cuda {
         // typed boundary; the kernels never read an index outside [0, s_kv).
         let launched = match kernel {
             TileKernel::Narrow8 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 8>>(&args, rows, &params)
+                self.launch_narrow::<D_QK, 8, O>(&args, rows, &params)
             },
             TileKernel::Narrow16 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 16>>(&args, rows, &params)
+                self.launch_narrow::<D_QK, 16, O>(&args, rows, &params)
             },
             TileKernel::Narrow32 => unsafe {
-                self.launch_narrow::<D_QK, SparseMlaKernel<D_QK, O, 32>>(&args, rows, &params)
+                self.launch_narrow::<D_QK, 32, O>(&args, rows, &params)
             },
             TileKernel::Wide => {
                 // A persistent grid, one CTA an SM (fewer CTAs for fewer items), as the
                 // kernel's header describes.
                 let shape = LaunchShape {
                     grid: (rows.min(self.sm_count()), 1, 1),
-                    block: (THREADS, 1, 1),
-                    smem_bytes: sparse_mla_smem_bytes(D_QK),
+                    block: (WIDE_THREADS, 1, 1),
+                    smem_bytes: sparse_mla_wide_smem_bytes(D_QK),
                 };
-                unsafe { args.launch::<SparseMlaKernel<D_QK, O>>(shape, &params) }
+                unsafe { args.launch::<SparseMlaWideKernel<D_QK, O>>(shape, &params) }
             }
         };
         drop(args); // records the launch's reads and writes (when the context tracks events)
@@ -320,7 +293,7 @@ impl SparseMlaLaunch for Cuda {
 }
 
 impl Cuda {
-    /// One launch of the narrow kernel `K` (`D_QK`, head tile `K::TILE`) over `items` work items
+    /// One launch of the narrow kernel (`D_QK`, head tile `TILE`) over `items` work items
     /// (query rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).
     /// No CTA waits for another, so when other work shares the SMs the CTAs that do not fit
@@ -329,20 +302,42 @@ impl Cuda {
     /// # Safety
     /// As [`DeviceArgs::launch`]: the parameter block's pointers were admitted by `args` and
     /// its extents are valid for the kernel.
-    unsafe fn launch_narrow<const D_QK: usize, K: NarrowTile>(
+    unsafe fn launch_narrow<const D_QK: usize, const TILE: usize, O: Options>(
         &self,
         args: &DeviceArgs<'_>,
         items: u32,
         params: &SparseMlaParams,
     ) -> Result<()> {
-        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, K::TILE);
+        let resident = self.sm_count() * sparse_mla_narrow_ctas_per_sm(D_QK, TILE);
         let shape = LaunchShape {
             grid: (items.min(resident), 1, 1),
-            block: (sparse_mla_narrow_threads(K::TILE), 1, 1),
-            smem_bytes: K::DYNAMIC_SMEM_BYTES,
+            block: (sparse_mla_narrow_threads(TILE), 1, 1),
+            smem_bytes: SparseMlaNarrowKernel::<D_QK, O, TILE>::DYNAMIC_SMEM_BYTES,
         };
         // SAFETY: forwarded from the caller.
-        unsafe { args.launch::<K>(shape, params) }
+        unsafe { args.launch::<SparseMlaNarrowKernel<D_QK, O, TILE>>(shape, params) }
+    }
+}
+
+impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const HEADS: usize>
+    SparseMlaPrefill<D_QK, H_Q, TOPK, O, HEADS>
+{
+    /// Records the same call as [`run`](Self::run) into a CUDA graph (after the same checks): the graph borrows the
+    /// inputs, the latent KV and the outputs until it is dropped, so none can be freed or
+    /// swapped while it can replay.
+    pub fn record<'g, B, SI: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        inputs: &'g SparseMlaInputs<B, D_QK, HEADS, TOPK, O, SI>,
+        kv: &'g MlaLatentKv<B, D_QK, SK>,
+        out: &'g mut Tensor<B, bf16, OutRow<HEADS>, SO>,
+        max_logits: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
+        lse: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
+    ) -> Result<()>
+    where
+        B: RunSparseMla + IsCuda,
+    {
+        graph.record(|cuda: &B| self.run(cuda, inputs, kv, out, max_logits, lse))
     }
 }
 
@@ -497,11 +492,12 @@ mod mirror_tests {
 
     #[test]
     fn wide_kernel_launch_shape() {
-        let mut probe = format!("static_assert(sparse_mla::kThreads == {THREADS}, \"threads\");\n");
+        let mut probe =
+            format!("static_assert(sparse_mla::kThreads == {WIDE_THREADS}, \"threads\");\n");
         for d in [512usize, 576] {
             probe += &format!(
                 "static_assert(sparse_mla::Smem<{d}>::kBytes == {}, \"Smem, d_qk {d}\");\n",
-                sparse_mla_smem_bytes(d)
+                sparse_mla_wide_smem_bytes(d)
             );
         }
         let source = WIDE_SOURCE;

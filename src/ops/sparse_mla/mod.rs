@@ -9,22 +9,30 @@
 //! kernel runs the heads: by default the narrow kernel up to 32 real heads (the narrowest of
 //! its tiles that holds them) and the 64-head kernel above, or the 64-head kernel for any `H_Q`.
 
+//!
+//! Files: this module the kernel type, its rules and `run`; `args.rs` the checked inputs;
+//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch
+//! (and the CUDA-only `record`).
+
+mod args;
 mod cpu;
 mod cuda;
+mod launch;
 
-pub use cuda::{SparseMlaKernel, SparseMlaNarrow64Kernel};
+pub use args::{SparseMlaInputParts, SparseMlaInputs, padded_indices};
+pub use cuda::{SparseMlaNarrowKernel, SparseMlaWideKernel};
 
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
-use crate::backend::cuda::{GraphRecorder, IsCuda};
 use crate::backend::sealed::Sealed;
 use crate::dim::Dim;
-use crate::dtype::{F8E4M3, bf16};
-use crate::error::{Error, Result};
+use crate::dtype::bf16;
+use crate::error::Result;
 use crate::layout::MlaLatentKv;
 use crate::rules::{HeadTile, MlaHeadDim, PadsTo, TopkWidth};
-use crate::tensor::{Cols, FixedExtent, Owned, RowShape, Scalar, Storage, StorageMut, Tensor};
+use crate::tensor::{Cols, RowShape, Scalar, Storage, StorageMut, Tensor};
+use launch::SparseMlaCall;
 
 /// Width of the value: the first 512 channels of a latent row.
 pub const D_V: usize = 512;
@@ -209,7 +217,7 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
         max_logits: &mut Tensor<B, f32, Cols<HEADS>, SO>,
         lse: &mut Tensor<B, f32, Cols<HEADS>, SO>,
     ) -> Result<()> {
-        let s_q = inputs.q.rows();
+        let s_q = inputs.s_q();
         out.expect_rows("out", "query rows", s_q)?;
         max_logits.expect_rows("max_logits", "query rows", s_q)?;
         lse.expect_rows("lse", "query rows", s_q)?;
@@ -220,142 +228,18 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
                 tiling: self.tiling,
                 s_q,
                 s_kv: kv.len(),
-                q: inputs.q.as_slice(),
-                q_scale: inputs.q_scale.as_slice(),
-                indices: inputs.indices.as_slice(),
-                topk_length: O::length::<B, SI>(&inputs.topk_length).map(|t| t.as_slice()),
-                sink: O::sink::<B, HEADS, SI>(&inputs.sink).map(|t| t.as_slice()),
-                sm_scale: inputs.sm_scale,
+                q: inputs.q().as_slice(),
+                q_scale: inputs.q_scale().as_slice(),
+                indices: inputs.indices().as_slice(),
+                topk_length: inputs.topk_length().map(|t| t.as_slice()),
+                sink: inputs.sink().map(|t| t.as_slice()),
+                sm_scale: inputs.sm_scale(),
                 kv: kv.data().as_slice(),
                 kv_scale: kv.scale().as_slice(),
                 out: out.as_slice_mut(),
                 max_logits: max_logits.as_slice_mut(),
                 lse: lse.as_slice_mut(),
             })
-        }
-    }
-
-    /// Records the same call into a CUDA graph (after the same checks): the graph borrows the
-    /// inputs, the latent KV and the outputs until it is dropped, so none can be freed or
-    /// swapped while it can replay.
-    pub fn record<'g, B, SI: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
-        &self,
-        graph: &mut GraphRecorder<'g>,
-        inputs: &'g SparseMlaInputs<B, D_QK, HEADS, TOPK, O, SI>,
-        kv: &'g MlaLatentKv<B, D_QK, SK>,
-        out: &'g mut Tensor<B, bf16, OutRow<HEADS>, SO>,
-        max_logits: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
-        lse: &'g mut Tensor<B, f32, Cols<HEADS>, SO>,
-    ) -> Result<()>
-    where
-        B: RunSparseMla + IsCuda,
-    {
-        graph.record(|cuda: &B| self.run(cuda, inputs, kv, out, max_logits, lse))
-    }
-}
-
-/// The per-call inputs of the prefill, tied to one query-row count `s_q`.
-///
-/// The fields are private: the tie made by the constructors holds until the inputs are given
-/// back with [`into_parts`](Self::into_parts).
-pub struct SparseMlaInputs<
-    B: Backend,
-    const D_QK: usize,
-    const HEADS: usize,
-    const TOPK: usize,
-    O: Options,
-    S: Storage<B> = Owned,
-> {
-    q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>, // [s_q, HEADS, D_QK]
-    q_scale: Tensor<B, f32, Scalar, S>,         // [1]
-    indices: Tensor<B, i32, Cols<TOPK>, S>,     // [s_q, TOPK]
-    topk_length: O::Length<B, S>,               // [s_q] or ()
-    sink: O::Sink<B, HEADS, S>,                 // [HEADS] or ()
-    sm_scale: f32,
-}
-
-/// The tensors of a [`SparseMlaInputs`], given back by [`SparseMlaInputs::into_parts`].
-pub struct SparseMlaInputParts<
-    B: Backend,
-    const D_QK: usize,
-    const HEADS: usize,
-    const TOPK: usize,
-    O: Options,
-    S: Storage<B> = Owned,
-> {
-    /// Queries, `[s_q, HEADS, D_QK]` e4m3.
-    pub q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>,
-    /// Dequantization scale of q, `[1]`.
-    pub q_scale: Tensor<B, f32, Scalar, S>,
-    /// Top-k row indices, `[s_q, TOPK]`.
-    pub indices: Tensor<B, i32, Cols<TOPK>, S>,
-    /// Per-row top-k lengths, `[s_q]`, or `()`.
-    pub topk_length: O::Length<B, S>,
-    /// Per-head sink logits, `[HEADS]`, or `()`.
-    pub sink: O::Sink<B, HEADS, S>,
-    /// Softmax scale.
-    pub sm_scale: f32,
-}
-
-impl<
-    B: Backend,
-    const D_QK: usize,
-    const HEADS: usize,
-    const TOPK: usize,
-    O: Options,
-    S: Storage<B>,
-> SparseMlaInputs<B, D_QK, HEADS, TOPK, O, S>
-{
-    /// Queries, `[s_q, HEADS, D_QK]` e4m3 (real heads only; the kernel pads).
-    pub fn q(&self) -> &Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S> {
-        &self.q
-    }
-    /// Dequantization scale of q, `[1]`.
-    pub fn q_scale(&self) -> &Tensor<B, f32, Scalar, S> {
-        &self.q_scale
-    }
-    /// Top-k row indices into the latent KV, `[s_q, TOPK]` i32; -1 (or anything outside
-    /// `[0, s_kv)`) is invalid and never read.
-    pub fn indices(&self) -> &Tensor<B, i32, Cols<TOPK>, S> {
-        &self.indices
-    }
-    /// Per-row valid prefix lengths, `[s_q]` (values clamped to `[0, TOPK]` on the device).
-    pub fn topk_length(&self) -> Option<&Tensor<B, i32, Scalar, S>> {
-        O::length::<B, S>(&self.topk_length)
-    }
-    /// Per-head sink logits, `[HEADS]`.
-    pub fn sink(&self) -> Option<&Tensor<B, f32, Cols<HEADS>, S>> {
-        O::sink::<B, HEADS, S>(&self.sink)
-    }
-    /// Softmax scale (natural-log units).
-    pub fn sm_scale(&self) -> f32 {
-        self.sm_scale
-    }
-    /// Query rows, `s_q`.
-    pub fn s_q(&self) -> usize {
-        self.q.rows()
-    }
-    /// Queries, writable in place (the next chunk's q written by the caller's own kernel).
-    pub fn q_mut(&mut self) -> FixedExtent<'_, B, F8E4M3, QRow<HEADS, D_QK>, S> {
-        FixedExtent::new(&mut self.q)
-    }
-    /// Indices, writable in place.
-    pub fn indices_mut(&mut self) -> FixedExtent<'_, B, i32, Cols<TOPK>, S> {
-        FixedExtent::new(&mut self.indices)
-    }
-    /// Replaces the softmax scale.
-    pub fn set_sm_scale(&mut self, sm_scale: f32) {
-        self.sm_scale = sm_scale;
-    }
-    /// The tensors back.
-    pub fn into_parts(self) -> SparseMlaInputParts<B, D_QK, HEADS, TOPK, O, S> {
-        SparseMlaInputParts {
-            q: self.q,
-            q_scale: self.q_scale,
-            indices: self.indices,
-            topk_length: self.topk_length,
-            sink: self.sink,
-            sm_scale: self.sm_scale,
         }
     }
 }
@@ -369,172 +253,8 @@ pub const fn max_query_rows(heads: usize) -> usize {
     (1 << 30) / tiles
 }
 
-/// Uploads `rows` top-k rows of `width` indices each as the `[rows, TOPK]` index tensor the
-/// prefill reads, every row padded with -1 from `width` to `TOPK` columns.
-///
-/// A model's top-k need not be a multiple of 128 (`TopkWidth`); `model!` rounds it up to
-/// `TOPK` and generates `indices_from_host`, which calls this with its `INDEX_TOPK`. A buffer
-/// that is not `rows × width` elements is an `Err` that names both widths.
-pub fn padded_indices<B: Backend, const TOPK: usize>(
-    backend: &B,
-    host: &[i32], // [rows, width]
-    rows: usize,
-    width: usize,
-) -> Result<Tensor<B, i32, Cols<TOPK>>> {
-    if width > TOPK {
-        return Err(Error::Value {
-            param: "width",
-            value: i64::try_from(width).unwrap_or(i64::MAX),
-            range: format!("0 ..= {TOPK} (TOPK)"),
-        });
-    }
-    let len = Error::elements("rows", rows, width)?;
-    if host.len() != len {
-        return Err(Error::Mismatch {
-            param: "indices",
-            expected: format!(
-                "{rows} rows of index_topk = {width} = {len} elements (padded here with -1 to TOPK = {TOPK})"
-            ),
-            actual: format!("{} elements", host.len()),
-        });
-    }
-    let mut padded = crate::backend::cpu::try_filled(Error::elements("rows", rows, TOPK)?, -1)?;
-    if width > 0 {
-        for (row, given) in padded.chunks_exact_mut(TOPK).zip(host.chunks_exact(width)) {
-            row[..width].copy_from_slice(given);
-        }
-    }
-    Tensor::from_host(backend, "indices", &padded, rows)
-}
-
-impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: Storage<B>>
-    SparseMlaInputs<B, D_QK, HEADS, TOPK, Plain, S>
-{
-    /// Ties q and the indices to one query-row count (owned tensors, or views of the caller's
-    /// buffers).
-    pub fn new(
-        q: Tensor<B, F8E4M3, QRow<HEADS, D_QK>, S>,
-        q_scale: Tensor<B, f32, Scalar, S>,
-        indices: Tensor<B, i32, Cols<TOPK>, S>,
-        sm_scale: f32,
-    ) -> Result<Self> {
-        indices.expect_rows("indices", "query rows (as q)", q.rows())?;
-        q_scale.expect_rows("q_scale", "values", 1)?;
-        let max_rows = max_query_rows(HEADS);
-        if q.rows() > max_rows {
-            return Err(Error::Value {
-                param: "s_q",
-                value: q.rows() as i64,
-                range: format!("0 ..= {max_rows} at {HEADS} heads"),
-            });
-        }
-        Ok(Self {
-            q,
-            q_scale,
-            indices,
-            topk_length: (),
-            sink: (),
-            sm_scale,
-        })
-    }
-
-    /// Adds per-row top-k lengths, `[s_q]`.
-    pub fn with_topk_length(
-        self,
-        topk_length: Tensor<B, i32, Scalar, S>,
-    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLength, S>> {
-        topk_length.expect_rows("topk_length", "query rows (as q)", self.q.rows())?;
-        Ok(SparseMlaInputs {
-            q: self.q,
-            q_scale: self.q_scale,
-            indices: self.indices,
-            topk_length,
-            sink: (),
-            sm_scale: self.sm_scale,
-        })
-    }
-}
-
-impl<
-    B: Backend,
-    const D_QK: usize,
-    const HEADS: usize,
-    const TOPK: usize,
-    O: Options,
-    S: Storage<B>,
-> SparseMlaInputs<B, D_QK, HEADS, TOPK, O, S>
-{
-    /// Adds per-head sink logits, `[HEADS]`; only after top-k lengths.
-    pub fn with_sink(
-        self,
-        sink: Tensor<B, f32, Cols<HEADS>, S>,
-    ) -> Result<SparseMlaInputs<B, D_QK, HEADS, TOPK, WithLengthAndSink, S>>
-    where
-        O: AcceptsSink + Options<Length<B, S> = Tensor<B, i32, Scalar, S>>,
-    {
-        sink.expect_rows("attn_sink", "rows", 1)?;
-        Ok(SparseMlaInputs {
-            q: self.q,
-            q_scale: self.q_scale,
-            indices: self.indices,
-            topk_length: self.topk_length,
-            sink,
-            sm_scale: self.sm_scale,
-        })
-    }
-}
-
 /// A backend that can run the sparse MLA prefill: the CPU reference and CUDA.
 ///
 /// Sealed: its launch entry takes a call that only [`SparseMlaPrefill::run`] can assemble, so
 /// no code outside the crate reaches a kernel past the boundary's checks.
-pub trait RunSparseMla: Backend + Sized + launch::SparseMlaLaunch {}
-impl RunSparseMla for crate::backend::Cpu {}
-impl RunSparseMla for crate::backend::Cuda {}
-
-/// The launch layer: the checked call as plain slices, and the per-backend entry.
-pub(crate) mod launch {
-    use super::{HeadTiling, Options};
-    use crate::backend::Backend;
-    use crate::dtype::{F8E4M3, bf16};
-    use crate::error::Result;
-
-    /// One checked call as plain slices; extents in the comments. Made only by `run`.
-    pub struct SparseMlaCall<'a, B: Backend> {
-        pub(crate) s_q: usize,                             // query rows
-        pub(crate) s_kv: usize,                            // latent KV rows
-        pub(crate) q: B::Slice<'a, F8E4M3>,                // [s_q, HEADS, D_QK]
-        pub(crate) q_scale: B::Slice<'a, f32>,             // [1]
-        pub(crate) indices: B::Slice<'a, i32>,             // [s_q, TOPK]
-        pub(crate) topk_length: Option<B::Slice<'a, i32>>, // [s_q] or none
-        pub(crate) sink: Option<B::Slice<'a, f32>>,        // [HEADS] or none
-        pub(crate) sm_scale: f32,                          // natural-log units
-        pub(crate) kv: B::Slice<'a, F8E4M3>,               // [s_kv, D_QK]
-        pub(crate) kv_scale: B::Slice<'a, f32>,            // [1]
-        pub(crate) out: B::SliceMut<'a, bf16>,             // [s_q, HEADS, 512]
-        pub(crate) max_logits: B::SliceMut<'a, f32>,       // [s_q, HEADS]
-        pub(crate) lse: B::SliceMut<'a, f32>,              // [s_q, HEADS]
-        pub(crate) tiling: HeadTiling,                     // which CUDA kernel runs the heads
-    }
-
-    /// The per-backend entry of the prefill.
-    pub trait SparseMlaLaunch: Backend + Sized {
-        /// Runs one checked call.
-        ///
-        /// # Safety
-        /// `call` was assembled by `SparseMlaPrefill::run`, whose rules and extent checks are
-        /// what the kernel relies on (slice lengths as in the field comments, `s_q` and
-        /// `s_kv` at most `i32::MAX`).
-        unsafe fn sparse_mla<
-            const D_QK: usize,
-            const H_Q: usize,
-            const TOPK: usize,
-            O: Options,
-            const HEADS: usize,
-        >(
-            &self,
-            call: SparseMlaCall<'_, Self>,
-        ) -> Result<()>;
-    }
-}
-use launch::SparseMlaCall;
+pub trait RunSparseMla: Backend + Sized + launch::SparseMlaEntry {}
