@@ -169,6 +169,18 @@ fn tables() -> Vec<Table> {
             list_values: false,
             body: |heads, tp| format!("const PER_RANK: usize = {};", (param(heads) / tp).max(1)),
         },
+        Table {
+            rule: rules::INDEXER_HEADS,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
+        Table {
+            rule: rules::INDEXER_TOPK,
+            items: &[],
+            list_values: false,
+            body: none,
+        },
     ]
 }
 
@@ -319,6 +331,12 @@ fn claims() -> String {
     }
     for k in (128..=MAX_TOPK).step_by(128) {
         writeln!(c, "    topk_width::<{k}>();").unwrap();
+    }
+    for k in (128..=rules::MAX_INDEX_TOPK).step_by(128) {
+        writeln!(c, "    indexer_topk::<{k}>();").unwrap();
+    }
+    for h in rules::INDEX_HEADS {
+        writeln!(c, "    indexer_heads::<{h}>();").unwrap();
     }
     for h in rules::NARROW_HEAD_TILES {
         writeln!(c, "    head_tile::<{h}>();").unwrap();

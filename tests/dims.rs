@@ -37,6 +37,18 @@ where
 {
     assert_eq!(<Dim<K> as TopkWidth>::BLOCK_PAIRS * 128, K);
 }
+fn indexer_topk<const K: usize>()
+where
+    Dim<K>: IndexerTopk,
+{
+}
+
+fn indexer_heads<const H: usize>()
+where
+    Dim<H>: IndexerHeads,
+{
+}
+
 fn head_tile<const H: usize>()
 where
     Dim<H>: HeadTile + PadsTo<H>,
@@ -100,4 +112,10 @@ fn table_edges_are_honest() {
     assert_not_impl_any!(Dim<32>: ShardsHeads<48>);
     assert_impl_all!(Dim<16>: ShardsKvHeads<8>);
     assert_not_impl_any!(Dim<8>: ShardsKvHeads<12>);
+    // The lightning indexer: 32 or 64 heads; top-k 128 ..= 2048 in steps of 128.
+    assert_not_impl_any!(Dim<16>: IndexerHeads);
+    assert_not_impl_any!(Dim<128>: IndexerHeads);
+    assert_not_impl_any!(Dim<0>: IndexerTopk);
+    assert_not_impl_any!(Dim<2176>: IndexerTopk);
+    assert_not_impl_any!(Dim<100>: IndexerTopk);
 }

@@ -4,6 +4,7 @@
 #![cfg(feature = "nvrtc-tests")]
 
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
+use shapeproof::ops::indexer::LightningIndexerKernel;
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
@@ -36,6 +37,17 @@ fn prologue_variants<
     compiles::<Prologue<Extend, S, HD, DQ, DKV, L, InklingConv>>();
     compiles::<Prologue<Decode, S, HD, DQ, DKV, L, InklingConv>>();
     compiles::<ConvStateUpdateKernel<HD, DQ, DKV, L, InklingConv>>();
+}
+
+#[test]
+fn lightning_indexer() {
+    // Both head counts at the top-k widths the tests, the benchmark and the examples use.
+    compiles::<LightningIndexerKernel<64, 2048>>();
+    compiles::<LightningIndexerKernel<64, 256>>();
+    compiles::<LightningIndexerKernel<64, 128>>();
+    compiles::<LightningIndexerKernel<32, 2048>>();
+    compiles::<LightningIndexerKernel<32, 512>>();
+    compiles::<LightningIndexerKernel<32, 128>>();
 }
 
 #[test]

@@ -68,6 +68,12 @@ pub const MAX_HEAD_TILE: usize = 1024;
 pub const TOPK_STEP: usize = 128;
 /// Largest top-k width of the sparse MLA prefill.
 pub const MAX_TOPK: usize = 8192;
+/// Index heads of the lightning indexer (DeepSeek V3.2: 64; GLM-5.2: 32).
+pub const INDEX_HEADS: [usize; 2] = [32, 64];
+/// Channels of one index head and of one index key (e4m3 bytes).
+pub const INDEX_HEAD_DIM: usize = 128;
+/// Largest top-k width of the lightning indexer (its candidate buffers live in shared memory).
+pub const MAX_INDEX_TOPK: usize = 2048;
 /// Tensor-parallel degrees the tables cover, ascending.
 pub const TP_DEGREES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// Largest attention-head (or KV-head) count the tensor-parallel tables cover.
@@ -94,6 +100,9 @@ pub const CONSTANTS: &[(&str, &[usize])] = &[
     ("MAX_HEAD_TILE", &[MAX_HEAD_TILE]),
     ("TOPK_STEP", &[TOPK_STEP]),
     ("MAX_TOPK", &[MAX_TOPK]),
+    ("INDEX_HEADS", &INDEX_HEADS),
+    ("INDEX_HEAD_DIM", &[INDEX_HEAD_DIM]),
+    ("MAX_INDEX_TOPK", &[MAX_INDEX_TOPK]),
     ("TP_DEGREES", &TP_DEGREES),
     ("MAX_HEADS", &[MAX_HEADS]),
 ];
@@ -488,6 +497,37 @@ pub const SHARDS_KV_HEADS: Rule = Rule {
     model_fix: None,
 };
 
+/// An index-head count the lightning indexer runs.
+pub const INDEXER_HEADS: Rule = Rule {
+    name: "IndexerHeads",
+    param: None,
+    doc: "An index-head count the lightning indexer runs: {INDEX_HEADS|or} heads of {INDEX_HEAD_DIM} channels.",
+    values: Values::Set(&INDEX_HEADS),
+    message: "lightning indexer with `{value}` index heads is not supported",
+    label: "the lightning indexer runs H_IDX = {INDEX_HEADS|or} index heads",
+    reason: "the kernel's tensor-core tile holds the heads of whole query tokens (DeepSeek V3.2: 64; GLM-5.2: 32)",
+    fix: "",
+    model_fix: Some("`index_n_heads` must be {INDEX_HEADS|or}"),
+};
+
+/// A top-k width the lightning indexer selects.
+pub const INDEXER_TOPK: Rule = Rule {
+    name: "IndexerTopk",
+    param: None,
+    doc: "A top-k width the lightning indexer selects: a positive multiple of {step} up to {last}, so its
+indices are rows the sparse MLA prefill takes as they are.",
+    values: Values::Steps {
+        first: TOPK_STEP,
+        step: TOPK_STEP,
+        last: MAX_INDEX_TOPK,
+    },
+    message: "indexer top-k width `{value}` is not a multiple of {step} up to {last}",
+    label: "the lightning indexer selects TOPK = 128, 256, … {last} positions",
+    reason: "its rows feed the sparse MLA prefill (multiples of {step}); the candidates of a query token live in shared memory ({last} at most)",
+    fix: "pad to the next multiple of {step} (the extra columns hold -1 when fewer positions are valid)",
+    model_fix: None,
+};
+
 /// Every rule, in the order of `shapeproof::rules`.
 pub const CATALOGUE: &[Rule] = &[
     MXFP8_WIDTH,
@@ -503,6 +543,8 @@ pub const CATALOGUE: &[Rule] = &[
     TOPK_WIDTH,
     SHARDS_HEADS,
     SHARDS_KV_HEADS,
+    INDEXER_HEADS,
+    INDEXER_TOPK,
 ];
 
 impl Rule {

@@ -7,6 +7,7 @@
 //! `launch_plan`. Only `cuda.rs` names CUDA types.
 
 pub(crate) mod checked;
+pub mod indexer;
 pub mod mxfp8_quantize;
 pub mod prologue;
 pub mod sparse_mla;

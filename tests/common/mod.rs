@@ -5,6 +5,7 @@
 pub mod boundary;
 #[cfg(feature = "candle")]
 pub mod candle;
+pub mod indexer;
 pub mod prologue;
 pub mod quantize;
 pub mod sparse_mla;

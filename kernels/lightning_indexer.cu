@@ -1,0 +1,392 @@
+// Lightning indexer of DeepSeek Sparse Attention, prefill form (docs/kernels/indexer.md): for
+// every query token t the TOPK key positions s in its valid range [key_start[t], key_end[t]) with
+// the largest
+//     logit[t, s] = k_scale[s] * sum_h w[t, h] * relu(q[t, h, :] . k[s, :])
+// (e4m3 q and k, D = 128), ties to the lower position, the positions written in ascending order
+// and -1 after them when fewer are valid. Logits and top-k are fused: no logit leaves the CTA.
+//
+// One CTA of one warpgroup (128 threads) takes two consecutive query tokens. Their 2 * H_IDX head
+// rows of q are the wgmma B operand (N = 2 * H_IDX); the keys of their joint range stream through
+// a cp.async ring of 64-key blocks, the A operand (M = 64 keys), so a thread's accumulators are 2
+// keys x (2 tokens x H_IDX/4 heads): the head sum is a thread's own adds and two quad shuffles.
+//
+// Top-k without a logit round trip: each token keeps a candidate buffer of CAP = 2 * TOPK
+// (ordered key, position) pairs in shared memory. A logit is admitted when it beats the token's
+// threshold (the TOPK-th best candidate so far); when a buffer could overflow on the next block
+// it is cut back to exactly its TOPK best (bit-descent selection over the ordered keys, ties on
+// the position) and the threshold rises. Keys arrive in ascending position, so after a cut a
+// logit equal to the threshold can never win a tie: admission is strictly greater.
+//
+// Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
+// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers).
+
+// Parameters of one launch. Mirrored by `IndexerParams` in src/ops/indexer/cuda.rs.
+struct IndexerParams {
+    const u8* q;            // [T, H_IDX, 128] e4m3
+    const float* weights;   // [T, H_IDX]
+    const i32* key_start;   // [T] first valid key row (clamped to [0, s_kv])
+    const i32* key_end;     // [T] one past the last valid key row (clamped to [start, s_kv])
+    const u8* k;            // [s_kv, 128] e4m3
+    const float* k_scale;   // [s_kv]
+    i32* indices;           // [T, TOPK] out: ascending positions, then -1
+    i32 tokens;             // T
+    i32 s_kv;
+};
+
+namespace indexer {
+
+constexpr int kD = 128;             // channels of a head and of a key (bytes, e4m3)
+constexpr int kThreads = 128;       // one warpgroup
+constexpr int kTokens = 2;          // query tokens a CTA takes
+constexpr int kBlock = 64;          // keys of one block (the wgmma M)
+constexpr int kStages = 3;          // cp.async ring depth
+constexpr int kBlockBytes = kBlock * kD;
+
+// Shared memory of one CTA, in bytes, for H_IDX heads and TOPK: Q tile, key ring, head weights,
+// candidate buffers (CAP keys and CAP positions a token), counters and the reduction scratch.
+// Mirrored by `indexer_smem_bytes` in src/ops/indexer/cuda.rs.
+__host__ __device__ constexpr int smem_bytes(int heads, int topk) {
+    return kTokens * heads * kD + kStages * kBlockBytes + kTokens * heads * 4 +
+           kTokens * (2 * topk) * 8 + 64;
+}
+
+// The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0).
+__device__ __forceinline__ u32 order_key(float v) {
+    if (v != v) v = __int_as_float(0xff800000);
+    const u32 b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// acc[64 x 128 f32] (+)= A[64 x 32 e4m3, smem] * B[128 x 32 e4m3, smem]^T
+__device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 desc_b, u32 accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, p, 1, 1;\n}\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
+          "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
+          "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
+          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31]),
+          "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]), "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+          "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]), "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]),
+          "+f"(acc[48]), "+f"(acc[49]), "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]), "+f"(acc[55]),
+          "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]), "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// The 64 x (kTokens * H_IDX) product of one key block, ACC accumulators a thread:
+// N = 128 (64 heads, ACC = 64) or N = 64 (32 heads, ACC = 32).
+template <int ACC>
+__device__ __forceinline__ void block_scores(float (&acc)[ACC], u32 sk, u32 sq) {
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+        // no-swizzle K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row
+        // groups 1024 B apart; a k-step of 32 channels is two core matrices (256 B).
+        const u64 da = make_smem_desc(sk + ks * 256, 128, 1024);
+        const u64 db = make_smem_desc(sq + ks * 256, 128, 1024);
+        if constexpr (ACC == 64) {
+            wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
+        } else {
+            wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc);
+}
+
+// Count over the CTA of the threads' `c`, one barrier (two scratch slots alternate).
+__device__ __forceinline__ int block_sum(int c, int* red, int& parity) {
+    const int warp = threadIdx.x >> 5;
+    c = __reduce_add_sync(0xffffffffu, c);
+    int* slot = red + parity * 4;
+    if ((threadIdx.x & 31) == 0) slot[warp] = c;
+    parity ^= 1;
+    __syncthreads();
+    return slot[0] + slot[1] + slot[2] + slot[3];
+}
+
+// The `rank`-th largest (1-based) of the values v[e] where live[e], over the CTA: the largest x
+// with at least `rank` live values >= x (bit descent, 32 counts).
+template <int E>
+__device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)[E], int rank,
+                                           int* red, int& parity) {
+    u32 prefix = 0;
+    for (int bit = 31; bit >= 0; --bit) {
+        const u32 cand = prefix | (1u << bit);
+        int c = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) c += (live[e] && v[e] >= cand) ? 1 : 0;
+        if (block_sum(c, red, parity) >= rank) prefix = cand;
+    }
+    return prefix;
+}
+
+// Cuts a token's candidates (n of them, n > TOPK) to exactly its TOPK best, in place, and
+// returns the threshold key (the TOPK-th best). Every thread of the CTA calls it.
+template <int CAP, int TOPK>
+__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
+    constexpr int E = CAP / kThreads;
+    u32 k[E];
+    i32 p[E];
+    bool live[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = threadIdx.x + e * kThreads;
+        live[e] = i < n;
+        k[e] = live[e] ? keys[i] : 0u;
+        p[e] = live[e] ? pos[i] : 0;
+    }
+    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity);
+    int gt = 0, eq = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        gt += (live[e] && k[e] > tau) ? 1 : 0;
+        eq += (live[e] && k[e] == tau) ? 1 : 0;
+    }
+    gt = block_sum(gt, red, parity);
+    eq = block_sum(eq, red, parity);
+    const int need = TOPK - gt;  // ties at tau to keep: the lowest positions
+    u32 tie_cut = 0;             // keep a tie when ~position >= tie_cut
+    if (eq > need) {
+        u32 inv[E];
+        bool tie[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            inv[e] = ~(u32)p[e];
+            tie[e] = live[e] && k[e] == tau;
+        }
+        tie_cut = kth_largest<E>(inv, tie, need, red, parity);
+    }
+    // Ordered compaction: a thread's kept entries go after those of the lower threads.
+    bool keep[E];
+    int mine = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        keep[e] = live[e] && (k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
+        mine += keep[e] ? 1 : 0;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = mine;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += o;
+    }
+    int* slot = red + parity * 4;
+    parity ^= 1;
+    if (lane == 31) slot[warp] = incl;
+    __syncthreads();  // also: every thread has read its entries before any is overwritten
+    int base = incl - mine;
+    for (int w = 0; w < warp; ++w) base += slot[w];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        if (keep[e]) {
+            keys[base] = k[e];
+            pos[base] = p[e];
+            ++base;
+        }
+    }
+    __syncthreads();
+    return tau;
+}
+
+// Sorts pos[0 .. P) ascending (P a power of two), by the CTA (bitonic).
+template <int P>
+__device__ void sort_positions(i32* pos) {
+    for (int k = 2; k <= P; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < P; i += kThreads) {
+                const int partner = i ^ j;
+                if (partner > i) {
+                    const i32 a = pos[i], b = pos[partner];
+                    const bool up = (i & k) == 0;
+                    if ((a > b) == up) {
+                        pos[i] = b;
+                        pos[partner] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+__host__ __device__ constexpr int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+}  // namespace indexer
+
+template <int H_IDX, int TOPK>
+__global__ void __launch_bounds__(indexer::kThreads, 2)
+    lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
+    using namespace indexer;
+    constexpr int N = kTokens * H_IDX;  // wgmma N: the head rows of both tokens
+    constexpr int CAP = 2 * TOPK;       // candidates a token holds
+    constexpr int SORT = pow2_at_least(TOPK);
+    static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
+    static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
+    static_assert(SORT <= CAP, "the sort runs inside a candidate buffer");
+
+    extern __shared__ __align__(1024) u8 smem[];
+    u8* sq = smem;                                        // [N rows, 128] canonical K-major
+    u8* sk = sq + N * kD;                                 // [kStages][64 rows, 128]
+    float* sw = (float*)(sk + kStages * kBlockBytes);     // [kTokens, H_IDX]
+    u32* cand_key = (u32*)(sw + N);                       // [kTokens, CAP]
+    i32* cand_pos = (i32*)(cand_key + kTokens * CAP);     // [kTokens, CAP]
+    int* count = (int*)(cand_pos + kTokens * CAP);        // [kTokens]
+    u32* tau = (u32*)(count + kTokens);                   // [kTokens]
+    int* red = (int*)(tau + kTokens);                     // [2][4] reduction scratch
+    static_assert(smem_bytes(H_IDX, TOPK) >= N * kD + kStages * kBlockBytes + N * 4 +
+                                                 kTokens * CAP * 8 + (2 * kTokens + 8) * 4,
+                  "shared-memory formula covers the layout");
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // Heavier (later, causal) pairs first.
+    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * kTokens;
+
+    // Each token's clamped range; the CTA streams their union.
+    int lo_t[kTokens], hi_t[kTokens];
+    int lo = p.s_kv, hi = 0;
+#pragma unroll
+    for (int g = 0; g < kTokens; ++g) {
+        const int t = t0 + g;
+        int a = 0, b = 0;
+        if (t < p.tokens) {
+            a = min(max(p.key_start[t], 0), p.s_kv);
+            b = min(max(p.key_end[t], a), p.s_kv);
+        }
+        lo_t[g] = a;
+        hi_t[g] = b;
+        if (b > a) {
+            lo = min(lo, a);
+            hi = max(hi, b);
+        }
+    }
+    const int blocks = hi > lo ? (hi - lo + kBlock - 1) / kBlock : 0;
+
+    // Q rows r = g * H_IDX + h into the canonical layout; a missing token's rows are zeros.
+    for (int e = tid; e < N * (kD / 16); e += kThreads) {
+        const int r = e / (kD / 16), c = e % (kD / 16);
+        const int t = t0 + r / H_IDX;
+        const bool valid = t < p.tokens;
+        const u8* src = p.q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
+        cp_async_16(smem_addr(sq) + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
+    }
+    for (int e = tid; e < N; e += kThreads) {
+        const int t = t0 + e / H_IDX;
+        sw[e] = t < p.tokens ? p.weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
+    }
+    if (tid < kTokens) {
+        count[tid] = 0;
+        tau[tid] = 0u;  // below every order key: admit everything until the first cut
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+
+    auto load_block = [&](int b) {
+        if (b < blocks) {
+            const int first = lo + b * kBlock;
+            const u32 dst = smem_addr(sk + (b % kStages) * kBlockBytes);
+            for (int e = tid; e < kBlock * (kD / 16); e += kThreads) {
+                const int r = e / (kD / 16), c = e % (kD / 16);
+                const int s = first + r;
+                const bool valid = s < hi;
+                const u8* src = p.k + (valid ? (i64)s * kD + c * 16 : (i64)0);
+                cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+#pragma unroll
+    for (int b = 0; b < kStages - 1; ++b) load_block(b);
+
+    int parity = 0;
+    constexpr int kAcc = N / 2;  // accumulators a thread holds: 2 rows x N/4 columns
+    float acc[kAcc];
+    const int quad = lane & 3;
+    for (int b = 0; b < blocks; ++b) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+        __syncthreads();  // block b (and the Q tile) landed; block b-1's stage is free
+        load_block(b + kStages - 1);
+        fence_proxy_async();
+        block_scores<kAcc>(acc, smem_addr(sk + (b % kStages) * kBlockBytes), smem_addr(sq));
+
+        // Head sums: accumulator 4j + i is row (warp*16 + lane/4 + 8*(i>>1)), column
+        // 8j + 2*quad + (i&1); column c is head c % H_IDX of token c / H_IDX.
+        float part[kTokens][2];
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) part[g][0] = part[g][1] = 0.f;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+            const int g = (8 * j) / H_IDX;
+            const float2 w = *(const float2*)(sw + 8 * j + 2 * quad);
+            part[g][0] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
+            part[g][1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
+        }
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 1);
+                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 2);
+            }
+        }
+        // Lane `quad` of each quad admits (token quad >> 1, row half quad & 1).
+        {
+            const int g = quad >> 1, half = quad & 1;
+            const int s = lo + b * kBlock + warp * 16 + (lane >> 2) + 8 * half;
+            if (s >= lo_t[g] && s < hi_t[g]) {
+                const u32 key = order_key(part[g][half] * p.k_scale[s]);
+                if (key > tau[g]) {
+                    const int at = atomicAdd(count + g, 1);
+                    cand_key[g * CAP + at] = key;
+                    cand_pos[g * CAP + at] = s;
+                }
+            }
+        }
+        __syncthreads();
+        // A buffer that the next block could overflow is cut to its TOPK best.
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) {
+            const int n = count[g];
+            if (n > CAP - kBlock) {
+                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key + g * CAP, cand_pos + g * CAP, n,
+                                                       red, parity);
+                if (tid == 0) {
+                    count[g] = TOPK;
+                    tau[g] = cut;
+                }
+                __syncthreads();
+            }
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+
+    // The final cut, the sort and the row.
+#pragma unroll
+    for (int g = 0; g < kTokens; ++g) {
+        const int t = t0 + g;
+        if (t >= p.tokens) continue;  // uniform over the CTA
+        int n = count[g];
+        if (n > TOPK) {
+            cut_to_topk<CAP, TOPK>(cand_key + g * CAP, cand_pos + g * CAP, n, red, parity);
+            n = TOPK;
+        }
+        i32* pos = cand_pos + g * CAP;
+        for (int i = n + tid; i < SORT; i += kThreads) pos[i] = 0x7fffffff;
+        __syncthreads();
+        sort_positions<SORT>(pos);
+        i32* row = p.indices + (i64)t * TOPK;
+        for (int i = tid; i < TOPK; i += kThreads) row[i] = i < n ? pos[i] : -1;
+        __syncthreads();
+    }
+}

@@ -1,0 +1,107 @@
+//! CPU reference of [`super::LightningIndexer`]: every logit exactly (f64 sums of the exact
+//! e4m3 products, rounded once to f32), then an exact selection.
+
+use rayon::prelude::*;
+
+use super::INDEX_HEAD_DIM;
+use super::launch::{IndexerCall, IndexerEntry};
+use crate::backend::Cpu;
+use crate::dtype::{F8E4M3, e4m3_to_f32};
+use crate::error::Result;
+
+/// The CPU reference runs the op.
+impl super::RunIndexer for Cpu {}
+
+/// The `u32` whose unsigned order is the order the indexer ranks logits by: the f32 order, with
+/// -0 below +0 and NaN below every number (as -inf). Both backends rank by it.
+pub fn order_key(logit: f32) -> u32 {
+    let v = if logit.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        logit
+    };
+    let b = v.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// The reference logit of one (query token, key) pair:
+/// `k_scale · Σ_h w[h] · relu(q[h] · k)` in f64 (each e4m3 product is exact), rounded to f32.
+/// `q` is the token's `[H_IDX, 128]` decoded values, `weights` its `[H_IDX]`, `k` one decoded
+/// key row `[128]`. `relu(NaN)` is 0 (the kernel's `fmaxf`), so a NaN logit comes only from
+/// a NaN weight or scale.
+pub fn indexer_logit(q: &[f32], weights: &[f32], k: &[f32], k_scale: f32) -> f32 {
+    let sum: f64 = q
+        .chunks_exact(INDEX_HEAD_DIM)
+        .zip(weights)
+        .map(|(qh, &w)| {
+            let dot: f64 = qh.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum();
+            w as f64 * dot.max(0.0)
+        })
+        .sum();
+    (sum * k_scale as f64) as f32
+}
+
+/// A token's valid key rows: `[key_start, key_end)` clamped to `[0, s_kv]` (an inverted range is
+/// empty), as the kernel clamps them.
+pub(crate) fn clamped_range(start: i32, end: i32, s_kv: usize) -> (usize, usize) {
+    let lo = (start.max(0) as usize).min(s_kv);
+    let hi = (end.max(0) as usize).clamp(lo, s_kv);
+    (lo, hi)
+}
+
+fn decode(v: &[F8E4M3]) -> Vec<f32> {
+    let lut: [f32; 256] = std::array::from_fn(|b| e4m3_to_f32(float8::F8E4M3::from_bits(b as u8)));
+    v.iter().map(|x| lut[x.to_bits() as usize]).collect()
+}
+
+impl IndexerEntry for Cpu {
+    unsafe fn lightning_indexer<const H_IDX: usize, const TOPK: usize>(
+        &self,
+        call: IndexerCall<'_, Cpu>,
+    ) -> Result<()> {
+        let IndexerCall {
+            s_kv,
+            queries,
+            keys,
+            indices,
+            ..
+        } = call;
+        let k = decode(keys.k); // [s_kv, 128]
+        let width = H_IDX * INDEX_HEAD_DIM;
+        indices
+            .par_chunks_mut(TOPK)
+            .enumerate()
+            .for_each(|(t, row)| {
+                let (lo, hi) = clamped_range(queries.key_start[t], queries.key_end[t], s_kv);
+                let q = decode(&queries.q[t * width..(t + 1) * width]); // [H_IDX, 128]
+                let w = &queries.weights[t * H_IDX..(t + 1) * H_IDX];
+                let mut scored: Vec<(u32, i32)> = (lo..hi)
+                    .map(|s| {
+                        let k_row = &k[s * INDEX_HEAD_DIM..(s + 1) * INDEX_HEAD_DIM];
+                        let logit = indexer_logit(&q, w, k_row, keys.k_scale[s]);
+                        (order_key(logit), s as i32)
+                    })
+                    .collect();
+                select_top(&mut scored, TOPK);
+                for (slot, out) in row.iter_mut().enumerate() {
+                    *out = scored.get(slot).map_or(-1, |&(_, s)| s);
+                }
+            });
+        Ok(())
+    }
+}
+
+/// Keeps the `topk` best of `(order key, position)` pairs (larger key first, then the lower
+/// position) and sorts them by position.
+pub(crate) fn select_top(scored: &mut Vec<(u32, i32)>, topk: usize) {
+    let rank = |a: &(u32, i32), b: &(u32, i32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if scored.len() > topk {
+        scored.select_nth_unstable_by(topk - 1, rank);
+        scored.truncate(topk);
+    }
+    scored.sort_unstable_by_key(|&(_, s)| s);
+}

@@ -1,0 +1,29 @@
+//! The launch layer: the checked call as plain slices, and the sealed entry that takes it.
+//! The module is private, so neither can be named, built or called from outside the crate.
+
+use super::args::{IndexKeySlices, IndexerQuerySlices};
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// One checked call; extents in the comments. Made only by `LightningIndexer::run`.
+pub struct IndexerCall<'a, B: Backend> {
+    pub(crate) tokens: usize,                      // query tokens T
+    pub(crate) s_kv: usize,                        // key rows
+    pub(crate) queries: IndexerQuerySlices<'a, B>, // q [T, H_IDX, 128], weights [T, H_IDX], ranges [T]
+    pub(crate) keys: IndexKeySlices<'a, B>,        // k [s_kv, 128], k_scale [s_kv]
+    pub(crate) indices: B::SliceMut<'a, i32>,      // [T, TOPK]
+}
+
+/// The per-backend entry: the private supertrait of [`RunIndexer`](super::RunIndexer).
+pub trait IndexerEntry: Backend + Sized {
+    /// Selects one checked call's top-k rows.
+    ///
+    /// # Safety
+    /// `call` was assembled by `LightningIndexer::run`: `H_IDX` is 32 or 64 and `TOPK` a
+    /// multiple of 128 up to 2048; the slices hold the extents in `IndexerCall`'s comments;
+    /// `tokens` and `s_kv` are at most `i32::MAX`.
+    unsafe fn lightning_indexer<const H_IDX: usize, const TOPK: usize>(
+        &self,
+        call: IndexerCall<'_, Self>,
+    ) -> Result<()>;
+}

@@ -1,0 +1,96 @@
+//! The lightning indexer of DeepSeek Sparse Attention, prefill form (docs/kernels/indexer.md):
+//! for every query token, the `TOPK` positions of its valid key range with the largest
+//! `logit[t, s] = k_scale[s] · Σ_h w[t, h] · relu(q[t, h] · k[s])` (e4m3 q and k of
+//! [`INDEX_HEAD_DIM`] channels), as the `[T, TOPK]` i32 rows the sparse MLA prefill takes:
+//! [`LightningIndexer::run`] writes a `Tensor<B, i32, Cols<TOPK>>`, which
+//! [`SparseMlaInputs::new`](crate::ops::sparse_mla::SparseMlaInputs::new) accepts as it is.
+//!
+//! The selection is exact and deterministic: ties go to the lower position, the positions of a
+//! row are written in ascending order, and -1 fills the row where fewer positions are valid. A
+//! logit orders as its f32 value with -0 below +0 and NaN below every number.
+//!
+//! Files: this module the kernel type, its rules and `run`; `args.rs` the checked queries and
+//! keys; `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch
+//! (and the CUDA-only `record`).
+
+mod args;
+mod cpu;
+mod cuda;
+mod launch;
+
+pub use args::{IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts};
+pub use cpu::{indexer_logit, order_key};
+pub use cuda::{LightningIndexerKernel, indexer_smem_bytes};
+
+use std::marker::PhantomData;
+
+use crate::backend::Backend;
+use crate::dim::Dim;
+use crate::error::Result;
+use crate::rules::{IndexerHeads, IndexerTopk};
+use crate::tensor::{Cols, RowShape, Storage, StorageMut, Tensor};
+use launch::IndexerCall;
+
+/// Channels of one index head and of one index key: the e4m3 bytes of a key row.
+pub const INDEX_HEAD_DIM: usize = 128;
+
+/// One query token of the indexer's q, `[H_IDX, 128]` e4m3.
+pub struct IndexQRow<const H_IDX: usize>;
+impl<const H_IDX: usize> RowShape for IndexQRow<H_IDX> {
+    const COLS: usize = H_IDX * INDEX_HEAD_DIM;
+}
+
+/// The lightning indexer with `H_IDX` index heads (32 or 64) selecting `TOPK` positions a query
+/// token (a multiple of 128 up to 2048).
+#[derive(Clone, Copy, Debug)]
+pub struct LightningIndexer<const H_IDX: usize, const TOPK: usize> {
+    _dims: PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
+}
+
+/// A backend that can run the lightning indexer: the CPU reference and CUDA. Sealed: its entry
+/// takes a call only [`LightningIndexer::run`] can assemble.
+pub trait RunIndexer: Backend + Sized + launch::IndexerEntry {}
+
+impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
+    /// The indexer. Checked: `H_IDX` is 32 or 64, `TOPK` a multiple of 128 up to 2048.
+    pub fn new() -> Self
+    where
+        Dim<H_IDX>: IndexerHeads,
+        Dim<TOPK>: IndexerTopk,
+    {
+        Self { _dims: PhantomData }
+    }
+
+    /// FLOPs of the logits over `valid_pairs` (query token, key position) pairs, counted as
+    /// `2·H_IDX·128` a pair: the q·k products and their sums, as published indexers count them.
+    pub fn flops(valid_pairs: u64) -> f64 {
+        2.0 * H_IDX as f64 * INDEX_HEAD_DIM as f64 * valid_pairs as f64
+    }
+
+    /// Selects every query token's top-`TOPK` key positions into `indices` (`[T, TOPK]`, one
+    /// row a query token): the rows of `keys` in the token's range `[key_start, key_end)` (each
+    /// clamped to `[0, s_kv]`; an empty range gives a row of -1) with the largest logits.
+    ///
+    /// The queries, the keys and `indices` can each be owned or views of the caller's buffers.
+    pub fn run<B: RunIndexer, SQ: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
+        &self,
+        backend: &B,
+        queries: &IndexerQueries<B, H_IDX, SQ>,
+        keys: &IndexKeys<B, SK>,
+        indices: &mut Tensor<B, i32, Cols<TOPK>, SO>,
+    ) -> Result<()> {
+        let tokens = queries.tokens();
+        indices.expect_rows("indices", "query tokens (as q)", tokens)?;
+        // SAFETY: the rules hold (`new`'s bounds); the queries and keys tie their own extents
+        // (both at most i32::MAX rows) and `indices` has a row for every query token.
+        unsafe {
+            backend.lightning_indexer::<H_IDX, TOPK>(IndexerCall {
+                tokens,
+                s_kv: keys.len(),
+                queries: queries.slices(),
+                keys: keys.slices(),
+                indices: indices.as_slice_mut(),
+            })
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The lightning indexer's CPU reference: its rows equal a full sort of the exact logits on
+//! every score distribution (ties to the lower position, ascending rows, -1 padding, clamped
+//! ranges), a hand-computed case, NaN logits ranked below every number, and a clear `Err`
+//! naming the parameter for every extent that disagrees.
+
+mod common;
+
+use common::boundary::names;
+use common::indexer::{IndexerScenario, Scores, check_rows, rows_equal_exact};
+use shapeproof::backend::Cpu;
+use shapeproof::dtype::{F8E4M3, e4m3_from_f32, e4m3_to_f32};
+use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer};
+use shapeproof::tensor::{Cols, Tensor};
+
+#[test]
+fn reference_rows_equal_a_full_sort() {
+    let mut rng = common::rng("reference_rows_equal_a_full_sort");
+    let indexer = LightningIndexer::<32, 128>::new();
+    for scores in [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Rising] {
+        let s = IndexerScenario::causal(&mut rng, 32, 37, 500, 100, scores);
+        let got = s.run(&Cpu, &indexer);
+        rows_equal_exact(&format!("{scores:?}"), &s, &got, 128);
+        assert_eq!(check_rows(&format!("{scores:?}"), &s, &got, 128), 0);
+    }
+}
+
+#[test]
+fn a_hand_computed_row() {
+    // One real head (the others zero): head 0 of q is 1.0 in channel 0, so a key's logit is
+    // k_scale · relu(k[0]). Keys 0..300 with k[0] = (s mod 23) - 11: the 128 best are the
+    // largest k[0] values, and among equal values the lower positions; negative k[0] gives 0.
+    const H: usize = 32;
+    let s_kv = 300;
+    let mut q = vec![e4m3_from_f32(0.0); H * 128];
+    q[0] = e4m3_from_f32(1.0);
+    let mut weights = vec![0.0f32; H];
+    weights[0] = 1.0;
+    let mut k = vec![e4m3_from_f32(0.0); s_kv * 128];
+    for s in 0..s_kv {
+        k[s * 128] = e4m3_from_f32((s % 23) as f32 - 11.0);
+    }
+    let value = |s: usize| e4m3_to_f32(k[s * 128]).max(0.0);
+    let mut want: Vec<usize> = (0..s_kv).collect();
+    want.sort_by(|&a, &b| value(b).total_cmp(&value(a)).then(a.cmp(&b)));
+    want.truncate(128);
+    want.sort();
+    let queries = IndexerQueries::new(
+        Tensor::from_host(&Cpu, "q", &q, 1).unwrap(),
+        Tensor::from_host(&Cpu, "weights", &weights, 1).unwrap(),
+        Tensor::from_host(&Cpu, "key_start", &[0], 1).unwrap(),
+        Tensor::from_host(&Cpu, "key_end", &[s_kv as i32], 1).unwrap(),
+    )
+    .unwrap();
+    let keys = IndexKeys::new(
+        Tensor::from_host(&Cpu, "k", &k, s_kv).unwrap(),
+        Tensor::from_host(&Cpu, "k_scale", &vec![0.5f32; s_kv], s_kv).unwrap(),
+    )
+    .unwrap();
+    let mut out: Tensor<Cpu, i32, Cols<128>> = Tensor::filled(&Cpu, 1, 7).unwrap();
+    LightningIndexer::<H, 128>::new()
+        .run(&Cpu, &queries, &keys, &mut out)
+        .unwrap();
+    let got: Vec<usize> = out
+        .to_host(&Cpu)
+        .unwrap()
+        .iter()
+        .map(|&v| v as usize)
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn nan_logits_rank_below_every_number() {
+    const H: usize = 32;
+    let mut rng = common::rng("nan_logits_rank_below_every_number");
+    let mut s = IndexerScenario::causal(&mut rng, H, 4, 400, 10, Scores::Noise);
+    // Key 5 has a NaN scale: its logit is NaN for every token.
+    s.k_scale[5] = f32::NAN;
+    // Key 9 is NaN in every channel: relu takes the number of max(NaN, 0) as both backends'
+    // fmax does, so its dot products count 0 and its logit is 0 (a number).
+    for b in &mut s.k[9 * 128..10 * 128] {
+        *b = F8E4M3::from_bits(0x7f);
+    }
+    // Token 0 sees three keys (the NaN one among them): all three are returned.
+    s.key_start[0] = 4;
+    s.key_end[0] = 7;
+    // Token 1 sees all: the NaN key is never chosen over a number.
+    s.key_start[1] = 0;
+    s.key_end[1] = s.s_kv as i32;
+    let got = s.run(&Cpu, &LightningIndexer::<H, 128>::new());
+    assert_eq!(&got[..4], &[4, 5, 6, -1]);
+    assert!(!got[128..256].contains(&5));
+    // Token 2 sees keys 5..10 only: NaN last, the 0 of key 9 among the numbers.
+    s.key_start[2] = 5;
+    s.key_end[2] = 10;
+    let got = s.run(&Cpu, &LightningIndexer::<H, 128>::new());
+    assert_eq!(&got[256..262], &[5, 6, 7, 8, 9, -1]);
+}
+
+#[test]
+fn no_tokens_and_no_keys() {
+    const H: usize = 64;
+    let mut rng = common::rng("no_tokens_and_no_keys");
+    let mut s = IndexerScenario::causal(&mut rng, H, 3, 0, 1, Scores::Noise);
+    s.k.clear();
+    s.k_scale.clear();
+    s.s_kv = 0;
+    let got = s.run(&Cpu, &LightningIndexer::<H, 256>::new());
+    assert!(got.iter().all(|&v| v == -1));
+    s.tokens = 0;
+    s.q.clear();
+    s.weights.clear();
+    s.key_start.clear();
+    s.key_end.clear();
+    assert!(s.run(&Cpu, &LightningIndexer::<H, 256>::new()).is_empty());
+}
+
+#[test]
+fn extents_that_disagree_are_errors_naming_the_parameter() {
+    const H: usize = 32;
+    let q = |t: usize| {
+        Tensor::<Cpu, F8E4M3, _>::from_host(&Cpu, "q", &vec![e4m3_from_f32(1.0); t * H * 128], t)
+            .unwrap()
+    };
+    let f = |t: usize, cols: usize| vec![0.0f32; t * cols];
+    let w =
+        |t: usize| Tensor::<Cpu, f32, Cols<H>>::from_host(&Cpu, "weights", &f(t, H), t).unwrap();
+    let r = |t: usize| Tensor::<Cpu, i32, Cols<1>>::from_host(&Cpu, "r", &vec![0; t], t).unwrap();
+    names(IndexerQueries::new(q(4), w(3), r(4), r(4)), "weights");
+    names(IndexerQueries::new(q(4), w(4), r(5), r(4)), "key_start");
+    names(IndexerQueries::new(q(4), w(4), r(4), r(2)), "key_end");
+    let k = Tensor::<Cpu, F8E4M3, Cols<128>>::from_host(
+        &Cpu,
+        "k",
+        &vec![e4m3_from_f32(1.0); 10 * 128],
+        10,
+    )
+    .unwrap();
+    let ks = Tensor::<Cpu, f32, Cols<1>>::from_host(&Cpu, "k_scale", &f(9, 1), 9).unwrap();
+    names(IndexKeys::new(k, ks), "k_scale");
+    names(
+        Tensor::<Cpu, F8E4M3, Cols<128>>::from_host(&Cpu, "k", &[e4m3_from_f32(1.0); 100], 1),
+        "k",
+    );
+    let queries = IndexerQueries::new(q(4), w(4), r(4), r(4)).unwrap();
+    let keys = IndexKeys::new(
+        Tensor::from_host(&Cpu, "k", &vec![e4m3_from_f32(1.0); 8 * 128], 8).unwrap(),
+        Tensor::from_host(&Cpu, "k_scale", &f(8, 1), 8).unwrap(),
+    )
+    .unwrap();
+    let mut out: Tensor<Cpu, i32, Cols<128>> = Tensor::filled(&Cpu, 3, 0).unwrap();
+    names(
+        LightningIndexer::<H, 128>::new().run(&Cpu, &queries, &keys, &mut out),
+        "indices",
+    );
+}
+
+#[test]
+fn flops_count_the_valid_pairs() {
+    assert_eq!(
+        LightningIndexer::<64, 2048>::flops(1000),
+        2.0 * 64.0 * 128.0 * 1000.0
+    );
+}

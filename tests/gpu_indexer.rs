@@ -1,0 +1,101 @@
+//! The lightning indexer on the GPU against the exact logits and the CPU reference: 32 and 64
+//! index heads, top-k 128, 512 and 2048, causal ragged ranges over up to 20k keys of history
+//! (rows shorter than TOPK, empty rows, garbage range ends, an odd token count so a CTA holds
+//! one token), four score distributions (noise, peaked rows, exact ties, monotone rows that make
+//! every key beat the threshold); outputs poisoned, every element checked. A row must hold
+//! exactly `min(TOPK, valid)` distinct ascending positions inside its range and -1 after them,
+//! and its set must equal the exact top-k except within `LOGIT_RTOL` (2^-12) of the row's
+//! largest product magnitude around the TOPK-th logit (`tests/common/indexer.rs`: the FP8 tensor
+//! cores sum 128 exact products in f32). Two runs give the same bytes.
+//! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
+#![cfg(feature = "gpu-tests")]
+
+mod common;
+
+use common::indexer::{IndexerScenario, Scores, check_rows, garbage};
+use shapeproof::backend::{Cpu, Cuda};
+use shapeproof::dim::Dim;
+use shapeproof::ops::indexer::LightningIndexer;
+use shapeproof::rules::{IndexerHeads, IndexerTopk};
+
+fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
+}
+
+fn case<const H: usize, const TOPK: usize>(tokens: usize, history: usize, scores: Scores)
+where
+    Dim<H>: IndexerHeads,
+    Dim<TOPK>: IndexerTopk,
+{
+    let cuda = gpu();
+    let what = format!("H {H} TOPK {TOPK} T {tokens} history {history} {scores:?}");
+    let mut rng = common::rng(&what);
+    let s = IndexerScenario::causal(&mut rng, H, tokens, history, TOPK / 2, scores);
+    let indexer = LightningIndexer::<H, TOPK>::new();
+    let got = s.run(&cuda, &indexer);
+    let differing = check_rows(&what, &s, &got, TOPK);
+    let cpu = s.run(&Cpu, &indexer);
+    let same_as_cpu = (0..tokens)
+        .filter(|&t| got[t * TOPK..(t + 1) * TOPK] == cpu[t * TOPK..(t + 1) * TOPK])
+        .count();
+    eprintln!(
+        "{what}: {differing} rows differ from the exact set inside the band, {same_as_cpu}/{tokens} rows equal the CPU's"
+    );
+    assert_eq!(s.run(&cuda, &indexer), got, "{what}: a second run differs");
+}
+
+#[test]
+fn heads_64_topk_2048() {
+    for scores in [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Rising] {
+        case::<64, 2048>(77, 6000, scores);
+    }
+}
+
+#[test]
+fn heads_64_long_history() {
+    case::<64, 2048>(48, 20000, Scores::Noise);
+    case::<64, 2048>(48, 20000, Scores::Rising);
+}
+
+#[test]
+fn heads_32_topk_2048() {
+    for scores in [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Rising] {
+        case::<32, 2048>(65, 5000, scores);
+    }
+}
+
+#[test]
+fn narrow_topk() {
+    for scores in [Scores::Noise, Scores::Ties, Scores::Rising] {
+        case::<64, 128>(101, 3000, scores);
+        case::<32, 512>(99, 3000, scores);
+    }
+}
+
+#[test]
+fn garbage_ranges_are_clamped_on_the_device() {
+    let cuda = gpu();
+    let mut rng = common::rng("garbage_ranges_are_clamped_on_the_device");
+    let mut s = IndexerScenario::causal(&mut rng, 64, 40, 3000, 100, Scores::Noise);
+    s.key_start = garbage(&mut rng, 40);
+    s.key_end = garbage(&mut rng, 40);
+    for t in 0..10 {
+        // Some ranges that are valid but odd: a single key, the last key, past the end.
+        s.key_start[t] = (s.s_kv - 1 - t) as i32;
+        s.key_end[t] = s.key_start[t] + 1 + (t as i32) * 1000;
+    }
+    let got = s.run(&cuda, &LightningIndexer::<64, 256>::new());
+    check_rows("garbage ranges", &s, &got, 256);
+}
+
+#[test]
+fn no_keys_gives_rows_of_minus_one() {
+    let cuda = gpu();
+    let mut rng = common::rng("no_keys_gives_rows_of_minus_one");
+    let mut s = IndexerScenario::causal(&mut rng, 32, 5, 0, 1, Scores::Noise);
+    s.k.clear();
+    s.k_scale.clear();
+    s.s_kv = 0;
+    let got = s.run(&cuda, &LightningIndexer::<32, 128>::new());
+    assert!(got.iter().all(|&v| v == -1));
+}
