@@ -1,10 +1,13 @@
-//! DeepSeek V3.2 (docs/kernels/models.md §4.3) at tensor-parallel degree 8: one 4096-token prefill chunk through
-//! the FP8 sparse MLA prefill with top-k 2048 (d_qk 576 = 512 latent + 64 RoPE). Each rank has
-//! 16 query heads; the model definition selects the 16-head tile, so the kernel type runs them
-//! with the narrow kernel, not padded to 64 heads.
+//! DeepSeek V3.2 (docs/kernels/models.md §4.3) at tensor-parallel degree 8: one 4096-token prefill
+//! chunk from the lightning indexer to the sparse MLA output. The indexer (64 index heads,
+//! docs/kernels/indexer.md) picks every query row's top-2048 of the rows it may see; its
+//! `[s_q, 2048]` output goes to the FP8 sparse MLA prefill as it is (d_qk 576 = 512 latent + 64
+//! RoPE). Each rank has 16 query heads; the model definition selects the 16-head tile, so the
+//! kernel type runs them with the narrow kernel, not padded to 64 heads.
 //!
-//! On an H200 it times the whole chunk and checks a sample of query rows against the CPU
-//! reference; elsewhere it runs the CPU reference at a reduced size.
+//! On an H200 it times both steps of the whole chunk and checks a sample of query rows against
+//! the CPU reference (the indexer's rows, then the prefill on the GPU's rows); elsewhere it runs
+//! both on the CPU reference at a reduced size.
 //! `cargo run --release --example deepseek_v32_prefill`
 
 use std::time::Instant;
@@ -13,6 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
+use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, RunIndexer};
 use shapeproof::ops::sparse_mla::{OutRow, RunSparseMla, SparseMlaInputs};
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -30,15 +34,18 @@ use deepseek_v32_tp8 as ds;
 /// YaRN mscale² (docs/kernels/models.md §4.3), 0.1352.
 const SM_SCALE: f32 = ds::SM_SCALE;
 
-/// One prefill chunk: `s_q` new tokens after `prefix` cached ones; query row `i` selects up to
-/// TOPK of the `prefix + i + 1` rows it may see (the DSA indexer's choice, here random), padded
-/// with -1.
+/// One prefill chunk: `s_q` new tokens after `prefix` cached ones; query row `i` may see the
+/// `prefix + i + 1` rows up to itself, and the indexer picks up to TOPK of them.
 struct Chunk {
     s_q: usize,
     s_kv: usize,
-    q: Vec<F8E4M3>,
-    kv: Vec<F8E4M3>,
-    indices: Vec<i32>,
+    q: Vec<F8E4M3>,          // [s_q, HQ, D_QK]
+    kv: Vec<F8E4M3>,         // [s_kv, D_QK]
+    index_q: Vec<F8E4M3>,    // [s_q, INDEX_HEADS, 128]
+    index_weights: Vec<f32>, // [s_q, INDEX_HEADS]
+    index_k: Vec<F8E4M3>,    // [s_kv, 128]
+    index_k_scale: Vec<f32>, // [s_kv]
+    index_end: Vec<i32>,     // [s_q]: prefix + i + 1
 }
 
 impl Chunk {
@@ -51,23 +58,27 @@ impl Chunk {
                 .collect()
         };
         let (q, kv) = (cast(s_q * ds::HQ * ds::D_QK), cast(s_kv * ds::D_QK));
-        let mut indices = vec![-1i32; s_q * ds::TOPK];
-        for (i, row) in indices.chunks_mut(ds::TOPK).enumerate() {
-            let visible = prefix + i + 1;
-            for (j, slot) in row.iter_mut().enumerate().take(visible.min(ds::TOPK)) {
-                *slot = if visible <= ds::TOPK {
-                    j as i32
-                } else {
-                    rng.random_range(0..visible as i32)
-                };
-            }
-        }
+        let unit = |rng: &mut StdRng, n: usize| -> Vec<F8E4M3> {
+            (0..n)
+                .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 4.0))
+                .collect()
+        };
+        let index_q = unit(&mut rng, s_q * ds::INDEX_HEADS * 128);
+        let index_k = unit(&mut rng, s_kv * 128);
+        let index_weights = (0..s_q * ds::INDEX_HEADS)
+            .map(|_| (rng.random::<f32>() - 0.5) / 8.0)
+            .collect();
+        let index_k_scale = (0..s_kv).map(|_| rng.random_range(0.005..0.02)).collect();
         Self {
             s_q,
             s_kv,
             q,
             kv,
-            indices,
+            index_q,
+            index_weights,
+            index_k,
+            index_k_scale,
+            index_end: (0..s_q).map(|i| (prefix + i + 1) as i32).collect(),
         }
     }
 
@@ -78,9 +89,43 @@ impl Chunk {
             s_kv: self.s_kv,
             q: self.q[..rows * ds::HQ * ds::D_QK].to_vec(),
             kv: self.kv.clone(),
-            indices: self.indices[..rows * ds::TOPK].to_vec(),
+            index_q: self.index_q[..rows * ds::INDEX_HEADS * 128].to_vec(),
+            index_weights: self.index_weights[..rows * ds::INDEX_HEADS].to_vec(),
+            index_k: self.index_k.clone(),
+            index_k_scale: self.index_k_scale.clone(),
+            index_end: self.index_end[..rows].to_vec(),
         }
     }
+}
+
+/// The indexer's inputs of a chunk on `b`: every row sees `[0, prefix + i + 1)`.
+fn indexer_inputs<B: Backend>(
+    b: &B,
+    c: &Chunk,
+) -> (IndexerQueries<B, { ds::INDEX_HEADS }>, IndexKeys<B>) {
+    let queries = IndexerQueries::new(
+        Tensor::from_host(b, "q", &c.index_q, c.s_q).unwrap(),
+        Tensor::from_host(b, "weights", &c.index_weights, c.s_q).unwrap(),
+        Tensor::from_host(b, "key_start", &vec![0; c.s_q], c.s_q).unwrap(),
+        Tensor::from_host(b, "key_end", &c.index_end, c.s_q).unwrap(),
+    )
+    .unwrap();
+    let keys = IndexKeys::new(
+        Tensor::from_host(b, "k", &c.index_k, c.s_kv).unwrap(),
+        Tensor::from_host(b, "k_scale", &c.index_k_scale, c.s_kv).unwrap(),
+    )
+    .unwrap();
+    (queries, keys)
+}
+
+/// The indexer's `[s_q, TOPK]` rows of a chunk on `b`: the prefill's indices.
+fn select<B: RunIndexer>(b: &B, c: &Chunk) -> Tensor<B, i32, Cols<{ ds::TOPK }>> {
+    let (queries, keys) = indexer_inputs(b, c);
+    let mut indices = Tensor::filled(b, c.s_q, i32::MIN).unwrap();
+    ds::Indexer::new()
+        .run(b, &queries, &keys, &mut indices)
+        .unwrap();
+    indices
 }
 
 /// Outputs of one run: `out [s_q, HQ, 512]`, `max_logits`, `lse` `[s_q, HQ]`.
@@ -90,10 +135,12 @@ struct Outputs<B: Backend> {
     lse: Tensor<B, f32, Cols<{ ds::HQ }>>,
 }
 
-/// Uploads the chunk and returns a closure-ready set of inputs, KV and outputs.
+/// Uploads the chunk with the indexer's rows and returns a closure-ready set of inputs, KV and
+/// outputs.
 fn prepare<B: Backend>(
     b: &B,
     c: &Chunk,
+    indices: Tensor<B, i32, Cols<{ ds::TOPK }>>,
 ) -> (
     SparseMlaInputs<B, { ds::D_QK }, { ds::HQ }, { ds::TOPK }, shapeproof::ops::sparse_mla::Plain>,
     ds::KvCache<B>,
@@ -102,7 +149,7 @@ fn prepare<B: Backend>(
     let inputs = SparseMlaInputs::new(
         Tensor::from_host(b, "q", &c.q, c.s_q).unwrap(),
         Tensor::from_host(b, "q_scale", &[1.0f32], 1).unwrap(),
-        Tensor::from_host(b, "indices", &c.indices, c.s_q).unwrap(),
+        indices,
         SM_SCALE,
     )
     .unwrap();
@@ -115,18 +162,43 @@ fn prepare<B: Backend>(
     (inputs, kv, outputs)
 }
 
-fn run<B: RunSparseMla>(b: &B, c: &Chunk) -> Outputs<B> {
-    let (inputs, kv, mut o) = prepare(b, c);
+fn run<B: RunSparseMla>(
+    b: &B,
+    c: &Chunk,
+    indices: Tensor<B, i32, Cols<{ ds::TOPK }>>,
+) -> Outputs<B> {
+    let (inputs, kv, mut o) = prepare(b, c, indices);
     ds::SparseMla::new()
         .run(b, &inputs, &kv, &mut o.out, &mut o.max_logits, &mut o.lse)
         .unwrap();
     o
 }
 
-/// Largest deviation from the CPU reference, as a fraction of the spec's tolerances
-/// (out 8e-2, max_logits 1e-2, lse 2e-3).
-fn check(g: &Cuda, c: &Chunk) -> f32 {
-    let (gpu, cpu) = (run(g, c), run(&Cpu, c));
+/// The indexer's rows on the GPU against the CPU reference's (rows equal, and positions in
+/// the rows that differ), then the prefill's largest deviation from the CPU reference on the
+/// GPU's rows, as a fraction of the spec's tolerances (out 8e-2, max_logits 1e-2, lse 2e-3).
+fn check(g: &Cuda, c: &Chunk) -> (usize, usize, f32) {
+    let gpu_rows = select(g, c);
+    let host_rows = gpu_rows.to_host(g).unwrap();
+    let cpu_rows = select(&Cpu, c).to_host(&Cpu).unwrap();
+    let mut equal = 0;
+    let mut moved = 0;
+    for (a, b) in host_rows.chunks(ds::TOPK).zip(cpu_rows.chunks(ds::TOPK)) {
+        let visible = a.iter().filter(|&&v| v >= 0).count();
+        assert_eq!(
+            visible,
+            b.iter().filter(|&&v| v >= 0).count(),
+            "row lengths differ"
+        );
+        assert!(a[..visible].windows(2).all(|w| w[0] < w[1]), "rows ascend");
+        if a == b {
+            equal += 1;
+        } else {
+            moved += a.iter().filter(|v| !b.contains(v)).count();
+        }
+    }
+    let cpu_indices = Tensor::from_host(&Cpu, "indices", &host_rows, c.s_q).unwrap();
+    let (gpu, cpu) = (run(g, c, gpu_rows), run(&Cpu, c, cpu_indices));
     let worst = |a: Vec<f32>, b: Vec<f32>, tol: f32| {
         a.iter()
             .zip(&b)
@@ -160,7 +232,7 @@ fn check(g: &Cuda, c: &Chunk) -> f32 {
         cpu.lse.to_host(&Cpu).unwrap(),
         2e-3,
     );
-    out.max(ml).max(lse)
+    (equal, moved, out.max(ml).max(lse))
 }
 
 fn main() {
@@ -181,20 +253,38 @@ fn main() {
             println!("running on {}", g.describe());
             let chunk = Chunk::random(1, 4096, 28 * 1024);
             let sample = chunk.head(32);
-            let worst = check(&g, &sample);
+            let (equal, moved, worst) = check(&g, &sample);
             println!(
-                "sample of 32 query rows: worst deviation from the CPU reference {:.0}% of the spec tolerance",
+                "sample of 32 query rows: indexer rows equal to the CPU reference's {equal}/32 ({moved} positions differ, ties within the f32 rounding of the logits); prefill worst deviation from the CPU reference {:.0}% of the spec tolerance",
                 100.0 * worst
             );
             assert!(worst <= 1.0);
-            let (inputs, kv, mut o) = prepare(&g, &chunk);
-            let kernel = ds::SparseMla::new();
             let ev = || {
                 g.context()
                     .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                     .unwrap()
             };
+            let (queries, keys) = indexer_inputs(&g, &chunk);
+            let mut indices = Tensor::filled(&g, chunk.s_q, -1).unwrap();
+            let indexer = ds::Indexer::new();
             let (start, end) = (ev(), ev());
+            indexer.run(&g, &queries, &keys, &mut indices).unwrap();
+            start.record(g.stream()).unwrap();
+            for _ in 0..3 {
+                indexer.run(&g, &queries, &keys, &mut indices).unwrap();
+            }
+            end.record(g.stream()).unwrap();
+            end.synchronize().unwrap();
+            let pairs: u64 = chunk.index_end.iter().map(|&e| e as u64).sum();
+            let ms = start.elapsed_ms(&end).unwrap() as f64 / 3.0;
+            println!(
+                "indexer, {} index heads, top-{}: {ms:.3} ms, {:.0} TFLOP/s on the logits",
+                ds::INDEX_HEADS,
+                ds::TOPK,
+                ds::Indexer::flops(pairs) / (ms * 1e-3) / 1e12
+            );
+            let (inputs, kv, mut o) = prepare(&g, &chunk, indices);
+            let kernel = ds::SparseMla::new();
             for _ in 0..3 {
                 kernel
                     .run(&g, &inputs, &kv, &mut o.out, &mut o.max_logits, &mut o.lse)
@@ -223,10 +313,11 @@ fn main() {
             println!("no GPU ({e}); running the CPU reference at a reduced size");
             let chunk = Chunk::random(1, 16, 8 * 1024);
             let t0 = Instant::now();
-            let o = run(&Cpu, &chunk);
+            let indices = select(&Cpu, &chunk);
+            let o = run(&Cpu, &chunk, indices);
             let lse = o.lse.to_host(&Cpu).unwrap();
             println!(
-                "{} query rows x {} heads over {} KV rows in {:.0} ms on the CPU reference; lse of row 0, head 0: {:.4}",
+                "{} query rows x {} heads over {} KV rows, indexer and prefill, in {:.0} ms on the CPU reference; lse of row 0, head 0: {:.4}",
                 chunk.s_q,
                 ds::HQ,
                 chunk.s_kv,

@@ -6,11 +6,13 @@
 // and -1 after them when fewer are valid. Logits and top-k are fused: no logit leaves the CTA.
 //
 // One CTA of one warpgroup (128 threads) takes two consecutive query tokens. Their 2 * H_IDX head
-// rows of q are the wgmma B operand (N = 2 * H_IDX); the keys of their joint range stream through
-// a cp.async ring of 64-key blocks, the A operand (M = 64 keys), so a thread's accumulators are 2
-// keys x (2 tokens x H_IDX/4 heads): the head sum is a thread's own adds and two quad shuffles.
+// rows of q are the wgmma B operand (N = 2 * H_IDX); the keys of their joint range (and their
+// scales) stream through a cp.async ring of 64-key blocks, the A operand (M = 64 keys), so a
+// thread's accumulators are 2 keys x (2 tokens x H_IDX/4 heads): the head sum is a thread's own
+// adds and two quad shuffles. Two accumulator sets alternate: the next block's wgmma runs while
+// the current block's sums and admissions are computed. Two CTAs share an SM.
 //
-// Top-k without a logit round trip: each token keeps a candidate buffer of CAP = 2 * TOPK
+// Top-k without a logit round trip: each token keeps a candidate buffer of CAP = 1.5 * TOPK
 // (ordered key, position) pairs in shared memory. A logit is admitted when it beats the token's
 // threshold (the TOPK-th best candidate so far); when a buffer could overflow on the next block
 // it is cut back to exactly its TOPK best (bit-descent selection over the ordered keys, ties on
@@ -39,15 +41,22 @@ constexpr int kD = 128;             // channels of a head and of a key (bytes, e
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kTokens = 2;          // query tokens a CTA takes
 constexpr int kBlock = 64;          // keys of one block (the wgmma M)
-constexpr int kStages = 3;          // cp.async ring depth
+constexpr int kStages = 5;          // cp.async ring depth (blocks)
 constexpr int kBlockBytes = kBlock * kD;
+constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
 
-// Shared memory of one CTA, in bytes, for H_IDX heads and TOPK: Q tile, key ring, head weights,
-// candidate buffers (CAP keys and CAP positions a token), counters and the reduction scratch.
-// Mirrored by `indexer_smem_bytes` in src/ops/indexer/cuda.rs.
+// Candidates a token holds: TOPK and room for at least half as many (and 128) more, so a cut
+// comes after at least TOPK/2 - 64 admissions.
+__host__ __device__ constexpr int cap_for(int topk) {
+    return topk + (topk / 2 > 128 ? topk / 2 : 128);
+}
+
+// Shared memory of one CTA, in bytes, for H_IDX heads and TOPK: Q tile, key ring (keys and
+// scales), head weights, a candidate buffer a token (CAP keys then CAP positions), counters and
+// the reduction scratch. Mirrored by `indexer_smem_bytes` in src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int smem_bytes(int heads, int topk) {
-    return kTokens * heads * kD + kStages * kBlockBytes + kTokens * heads * 4 +
-           kTokens * (2 * topk) * 8 + 64;
+    return kTokens * heads * kD + kStages * kStageBytes + kTokens * heads * 4 +
+           kTokens * cap_for(topk) * 8 + 64;
 }
 
 // The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0).
@@ -76,28 +85,6 @@ __device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 des
           "+f"(acc[48]), "+f"(acc[49]), "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]), "+f"(acc[55]),
           "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]), "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// The 64 x (kTokens * H_IDX) product of one key block, ACC accumulators a thread:
-// N = 128 (64 heads, ACC = 64) or N = 64 (32 heads, ACC = 32).
-template <int ACC>
-__device__ __forceinline__ void block_scores(float (&acc)[ACC], u32 sk, u32 sq) {
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) {
-        // no-swizzle K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row
-        // groups 1024 B apart; a k-step of 32 channels is two core matrices (256 B).
-        const u64 da = make_smem_desc(sk + ks * 256, 128, 1024);
-        const u64 db = make_smem_desc(sq + ks * 256, 128, 1024);
-        if constexpr (ACC == 64) {
-            wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
-        } else {
-            wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
-        }
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(acc);
 }
 
 // Count over the CTA of the threads' `c`, one barrier (two scratch slots alternate).
@@ -131,7 +118,7 @@ __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)
 // returns the threshold key (the TOPK-th best). Every thread of the CTA calls it.
 template <int CAP, int TOPK>
 __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
-    constexpr int E = CAP / kThreads;
+    constexpr int E = (CAP + kThreads - 1) / kThreads;
     u32 k[E];
     i32 p[E];
     bool live[E];
@@ -230,24 +217,26 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
     using namespace indexer;
     constexpr int N = kTokens * H_IDX;  // wgmma N: the head rows of both tokens
-    constexpr int CAP = 2 * TOPK;       // candidates a token holds
+    constexpr int CAP = cap_for(TOPK);  // candidates a token holds
     constexpr int SORT = pow2_at_least(TOPK);
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    static_assert(SORT <= CAP, "the sort runs inside a candidate buffer");
+    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
+    static_assert(CAP - kBlock >= TOPK, "a cut leaves room for a block");
 
     extern __shared__ __align__(1024) u8 smem[];
     u8* sq = smem;                                        // [N rows, 128] canonical K-major
-    u8* sk = sq + N * kD;                                 // [kStages][64 rows, 128]
-    float* sw = (float*)(sk + kStages * kBlockBytes);     // [kTokens, H_IDX]
-    u32* cand_key = (u32*)(sw + N);                       // [kTokens, CAP]
-    i32* cand_pos = (i32*)(cand_key + kTokens * CAP);     // [kTokens, CAP]
-    int* count = (int*)(cand_pos + kTokens * CAP);        // [kTokens]
+    u8* sk = sq + N * kD;                                 // [kStages][64 rows, 128 | 64 scales]
+    float* sw = (float*)(sk + kStages * kStageBytes);     // [kTokens, H_IDX]
+    u32* cand = (u32*)(sw + N);                           // [kTokens][CAP keys | CAP positions]
+    int* count = (int*)(cand + kTokens * 2 * CAP);        // [kTokens]
     u32* tau = (u32*)(count + kTokens);                   // [kTokens]
     int* red = (int*)(tau + kTokens);                     // [2][4] reduction scratch
-    static_assert(smem_bytes(H_IDX, TOPK) >= N * kD + kStages * kBlockBytes + N * 4 +
+    static_assert(smem_bytes(H_IDX, TOPK) >= N * kD + kStages * kStageBytes + N * 4 +
                                                  kTokens * CAP * 8 + (2 * kTokens + 8) * 4,
                   "shared-memory formula covers the layout");
+    auto cand_key = [&](int g) { return cand + g * 2 * CAP; };
+    auto cand_pos = [&](int g) { return (i32*)(cand + g * 2 * CAP + CAP); };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     // Heavier (later, causal) pairs first.
@@ -291,10 +280,12 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
 
+    // Block b's keys and scales into its stage (rows past the range zero-filled, not read); one
+    // commit group a call, empty past the last block.
     auto load_block = [&](int b) {
         if (b < blocks) {
             const int first = lo + b * kBlock;
-            const u32 dst = smem_addr(sk + (b % kStages) * kBlockBytes);
+            const u32 dst = smem_addr(sk + (b % kStages) * kStageBytes);
             for (int e = tid; e < kBlock * (kD / 16); e += kThreads) {
                 const int r = e / (kD / 16), c = e % (kD / 16);
                 const int s = first + r;
@@ -302,25 +293,46 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
                 const u8* src = p.k + (valid ? (i64)s * kD + c * 16 : (i64)0);
                 cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
             }
+            if (tid < kBlock) {
+                const int s = first + tid;
+                const bool valid = s < hi;
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + kBlockBytes + tid * 4),
+                             "l"(p.k_scale + (valid ? s : 0)), "r"(valid ? 4u : 0u)
+                             : "memory");
+            }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
-#pragma unroll
-    for (int b = 0; b < kStages - 1; ++b) load_block(b);
-
-    int parity = 0;
+    // Issues block b's 64 x N product into acc (asynchronously: the caller waits).
     constexpr int kAcc = N / 2;  // accumulators a thread holds: 2 rows x N/4 columns
-    float acc[kAcc];
-    const int quad = lane & 3;
-    for (int b = 0; b < blocks; ++b) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-        __syncthreads();  // block b (and the Q tile) landed; block b-1's stage is free
-        load_block(b + kStages - 1);
-        fence_proxy_async();
-        block_scores<kAcc>(acc, smem_addr(sk + (b % kStages) * kBlockBytes), smem_addr(sq));
+    auto issue = [&](float (&acc)[kAcc], int b) {
+        const u32 stage = smem_addr(sk + (b % kStages) * kStageBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 32; ++ks) {
+            // no-swizzle K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row
+            // groups 1024 B apart; a k-step of 32 channels is two core matrices (256 B).
+            const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+            const u64 db = make_smem_desc(smem_addr(sq) + ks * 256, 128, 1024);
+            if constexpr (kAcc == 64) {
+                wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
+            } else {
+                wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
+            }
+        }
+        wgmma_commit();
+    };
 
-        // Head sums: accumulator 4j + i is row (warp*16 + lane/4 + 8*(i>>1)), column
-        // 8j + 2*quad + (i&1); column c is head c % H_IDX of token c / H_IDX.
+    const int quad = lane & 3;
+    const int my_g = quad >> 1, my_half = quad & 1;  // the (token, row half) this lane admits
+    const int my_lo = my_g ? lo_t[1] : lo_t[0];
+    const int my_hi = my_g ? hi_t[1] : hi_t[0];
+    int parity = 0;
+
+    // Block b's head sums from acc, its admissions, and the cuts they call for.
+    auto consume = [&](float (&acc)[kAcc], int b) {
+        // Accumulator 4j + i is row (warp*16 + lane/4 + 8*(i>>1)), column 8j + 2*quad + (i&1);
+        // column c is head c % H_IDX of token c / H_IDX.
         float part[kTokens][2];
 #pragma unroll
         for (int g = 0; g < kTokens; ++g) part[g][0] = part[g][1] = 0.f;
@@ -339,27 +351,26 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
                 part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 2);
             }
         }
-        // Lane `quad` of each quad admits (token quad >> 1, row half quad & 1).
-        {
-            const int g = quad >> 1, half = quad & 1;
-            const int s = lo + b * kBlock + warp * 16 + (lane >> 2) + 8 * half;
-            if (s >= lo_t[g] && s < hi_t[g]) {
-                const u32 key = order_key(part[g][half] * p.k_scale[s]);
-                if (key > tau[g]) {
-                    const int at = atomicAdd(count + g, 1);
-                    cand_key[g * CAP + at] = key;
-                    cand_pos[g * CAP + at] = s;
-                }
+        const float mine = quad == 0 ? part[0][0] : quad == 1 ? part[0][1] : quad == 2 ? part[1][0] : part[1][1];
+        const int row = warp * 16 + (lane >> 2) + 8 * my_half;
+        const int s = lo + b * kBlock + row;
+        if (s >= my_lo && s < my_hi) {
+            const float scale = *(const float*)(sk + (b % kStages) * kStageBytes + kBlockBytes + row * 4);
+            const u32 key = order_key(mine * scale);
+            if (key > tau[my_g]) {
+                const int at = atomicAdd(count + my_g, 1);
+                cand_key(my_g)[at] = key;
+                cand_pos(my_g)[at] = s;
             }
         }
-        __syncthreads();
+        __syncthreads();  // the admissions are counted; every thread's wgmma of block b is done
+        load_block(b + kStages);  // into block b's stage
         // A buffer that the next block could overflow is cut to its TOPK best.
 #pragma unroll
         for (int g = 0; g < kTokens; ++g) {
             const int n = count[g];
             if (n > CAP - kBlock) {
-                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key + g * CAP, cand_pos + g * CAP, n,
-                                                       red, parity);
+                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
                 if (tid == 0) {
                     count[g] = TOPK;
                     tau[g] = cut;
@@ -367,26 +378,67 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
                 __syncthreads();
             }
         }
+    };
+    // One step: block b + 1's product is issued into `next` before block b is consumed.
+    auto step = [&](float (&cur)[kAcc], float (&next)[kAcc], int b) {
+        if (b + 1 < blocks) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+            __syncthreads();  // block b + 1 landed for every thread's copies
+            fence_proxy_async();
+            issue(next, b + 1);
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
+        }
+        fence_regs(cur);
+        consume(cur, b);
+    };
+
+#pragma unroll
+    for (int b = 0; b < kStages; ++b) load_block(b);
+    float acc0[kAcc], acc1[kAcc];
+    if (blocks > 0) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+        __syncthreads();  // the Q tile and block 0 landed
+        fence_proxy_async();
+        issue(acc0, 0);
+    }
+    for (int b = 0; b < blocks; b += 2) {
+        step(acc0, acc1, b);
+        if (b + 1 < blocks) step(acc1, acc0, b + 1);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 
-    // The final cut, the sort and the row.
+    // The final cut, the sort (in the token's whole buffer) and the row.
 #pragma unroll
     for (int g = 0; g < kTokens; ++g) {
         const int t = t0 + g;
         if (t >= p.tokens) continue;  // uniform over the CTA
         int n = count[g];
         if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key + g * CAP, cand_pos + g * CAP, n, red, parity);
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
             n = TOPK;
         }
-        i32* pos = cand_pos + g * CAP;
-        for (int i = n + tid; i < SORT; i += kThreads) pos[i] = 0x7fffffff;
+        i32* sorted = (i32*)cand_key(g);  // the keys are done with: SORT <= 2 * CAP slots
+        const i32* pos = cand_pos(g);
+        i32 mine[(CAP + kThreads - 1) / kThreads];
+#pragma unroll
+        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
+            const int i = tid + e * kThreads;
+            mine[e] = i < n ? pos[i] : 0x7fffffff;
+        }
+        __syncthreads();  // every position read before the keys' slots are overwritten
+#pragma unroll
+        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
+            const int i = tid + e * kThreads;
+            if (i < SORT) sorted[i] = mine[e];
+        }
+        for (int i = tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
         __syncthreads();
-        sort_positions<SORT>(pos);
-        i32* row = p.indices + (i64)t * TOPK;
-        for (int i = tid; i < TOPK; i += kThreads) row[i] = i < n ? pos[i] : -1;
+        sort_positions<SORT>(sorted);
+        i32* out = p.indices + (i64)t * TOPK;
+        for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? sorted[i] : -1;
         __syncthreads();
     }
 }

@@ -24,6 +24,8 @@ const MODEL_KEYS: &[&str] = &[
     "kv_lora_rank",
     "qk_rope_head_dim",
     "index_topk",
+    "index_n_heads",
+    "index_head_dim",
     "qk_nope_head_dim",
     "rope_scaling",
     "tensor_parallel",
@@ -109,6 +111,10 @@ pub struct MlaModel {
     pub qk_rope_head_dim: Sourced<u64>,
     /// Top-k rows each query attends to.
     pub index_topk: Sourced<u64>,
+    /// Index heads of the lightning indexer, when the config gives them.
+    pub index_n_heads: Option<Sourced<u64>>,
+    /// Channels of an index head, when the config gives them.
+    pub index_head_dim: Option<Sourced<u64>>,
     /// The softmax scale of the model's q·k, when its config gives `qk_nope_head_dim`
     /// (DeepSeek's rule, YaRN included; see `softmax_scale`).
     pub softmax_scale: Option<f64>,
@@ -170,6 +176,8 @@ fn read_mla(map: &mut Map, name: Span) -> syn::Result<MlaModel> {
         at: Origin::inline(name, "qk_rope_head_dim"),
     });
     let index_topk = required(map, "index_topk", name, "the sparse top-k width")?;
+    let index_n_heads = map.int("index_n_heads")?;
+    let index_head_dim = map.int("index_head_dim")?;
     let nope = map.int("qk_nope_head_dim")?;
     let yarn = match map.map("rope_scaling")? {
         None => None,
@@ -219,6 +227,8 @@ fn read_mla(map: &mut Map, name: Span) -> syn::Result<MlaModel> {
         kv_lora_rank,
         qk_rope_head_dim,
         index_topk,
+        index_n_heads,
+        index_head_dim,
         softmax_scale,
     })
 }

@@ -256,7 +256,19 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
             pub const SM_SCALE: f32 = #value;
         }
     });
+    let indexer = k.index_heads.map(|h| {
+        let h = lit(h);
+        quote! {
+            /// Index heads of the lightning indexer (`index_n_heads`).
+            pub const INDEX_HEADS: usize = #h;
+            /// The lightning indexer of this model (replicated on every rank): its `[T, TOPK]`
+            /// rows are the prefill's indices (`Indexer::new()`).
+            pub type Indexer = ::shapeproof::ops::indexer::LightningIndexer<#h, #topk>;
+        }
+    });
+    let indexer_check = k.index_heads.map(|_| quote!(let _ = Indexer::new();));
     quote! {
+        #indexer
         /// Query heads of the whole model.
         pub const HEADS: usize = #heads;
         /// Query heads on each rank, `HEADS / TENSOR_PARALLEL` (the real count).
@@ -300,6 +312,7 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
             );
             fn _kernel_satisfies_its_rules() {
                 let _ = SparseMla::new();
+                #indexer_check
             }
         };
     }

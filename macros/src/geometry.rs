@@ -107,6 +107,8 @@ pub struct MlaKind {
     pub softmax_scale: Option<f64>,
     /// Top-k rounded up to whole loop steps, `TOPK_STEP` (indices padded with -1).
     pub topk: u64,
+    /// Index heads of the lightning indexer, when the config gives `index_n_heads`.
+    pub index_heads: Option<u64>,
 }
 
 /// Checks the model against the kernels' rules and computes its per-rank geometry.
@@ -381,6 +383,36 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
         ));
     }
     let topk = k.value.div_ceil(step) * step;
+
+    // The lightning indexer: `IndexerHeads`, a 128-channel head, and `IndexerTopk` on the same
+    // padded width (its rows are the prefill's indices).
+    if let Some(d) = &model.index_head_dim
+        && d.value != n(rules::INDEX_HEAD_DIM)
+    {
+        return Err(d.at.error(
+            format!("index head dim `{}` is not supported", d.value),
+            format!(
+                "the lightning indexer scores e4m3 heads and keys of {} channels",
+                rules::INDEX_HEAD_DIM
+            ),
+        ));
+    }
+    if let Some(h) = &model.index_n_heads {
+        let rule = rules::INDEXER_HEADS;
+        if !rule.holds(h.value, None) {
+            return Err(broken(&h.at, &rule, &h.value.to_string(), None, ""));
+        }
+        let rule = rules::INDEXER_TOPK;
+        if !rule.holds(topk, None) {
+            return Err(broken(
+                &k.at,
+                &rule,
+                &topk.to_string(),
+                None,
+                " (the padded index_topk)",
+            ));
+        }
+    }
     Ok(MlaKind {
         sharding,
         hq_padded,
@@ -389,6 +421,7 @@ fn mla(model: &MlaModel, tp: &Sourced<u64>) -> syn::Result<MlaKind> {
         qk_rope_head_dim: rope.value,
         index_topk: k.value,
         topk,
+        index_heads: model.index_n_heads.as_ref().map(|h| h.value),
         softmax_scale: model.softmax_scale,
     })
 }

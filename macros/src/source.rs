@@ -298,14 +298,28 @@ impl Map {
     }
 }
 
-/// The known key nearest to `key` in edit distance, if it is near enough to be a typo.
+/// The known key `key` most likely stands for: the shortest known key it abbreviates (its
+/// letters in order, as `num_kv_heads` in `num_key_value_heads`), else the nearest in edit
+/// distance if it is near enough to be a typo.
 fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    known
+    let abbreviated = known
         .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, k)| *d <= k.len() / 2)
-        .min()
-        .map(|(_, k)| k)
+        .filter(|k| is_subsequence(key, k))
+        .min_by_key(|k| k.len());
+    abbreviated.copied().or_else(|| {
+        known
+            .iter()
+            .map(|k| (edit_distance(key, k), *k))
+            .filter(|(d, k)| *d <= k.len() / 2)
+            .min()
+            .map(|(_, k)| k)
+    })
+}
+
+/// Whether the bytes of `short` occur in `long` in order.
+fn is_subsequence(short: &str, long: &str) -> bool {
+    let mut rest = long.bytes();
+    short.bytes().all(|c| rest.any(|l| l == c))
 }
 
 /// Levenshtein distance over bytes (keys are ASCII).

@@ -31,15 +31,21 @@ crate::param_block! {
     }
 }
 
-/// Dynamic shared memory of one CTA, `2·heads·128 + 3·8192 + 8·heads + 32·topk + 64` bytes
-/// (`indexer::smem_bytes`, which the kernel asserts against its layout): the two tokens' Q rows,
-/// a ring of three 64-key blocks, the head weights, two candidate buffers of `2·topk` (key,
-/// position) pairs, and the counters.
+/// Candidates a token holds in the kernel's shared memory (`indexer::cap_for`): `TOPK` and at
+/// least half as many (and 128) more.
+pub const fn indexer_candidates(topk: usize) -> usize {
+    topk + if topk / 2 > 128 { topk / 2 } else { 128 }
+}
+
+/// Dynamic shared memory of one CTA, `2·heads·128 + 5·(8192 + 256) + 8·heads + 16·cap + 64`
+/// bytes with `cap = indexer_candidates(topk)` (`indexer::smem_bytes`, which the kernel asserts
+/// against its layout): the two tokens' Q rows, a ring of five 64-key blocks with their scales,
+/// the head weights, a buffer of `cap` (key, position) pairs a token, and the counters.
 pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
     (TOKENS_PER_CTA * heads * 128
-        + 3 * 64 * 128
+        + 5 * (64 * 128 + 64 * 4)
         + TOKENS_PER_CTA * heads * 4
-        + TOKENS_PER_CTA * 2 * topk * 8
+        + TOKENS_PER_CTA * indexer_candidates(topk) * 8
         + 64) as u32
 }
 

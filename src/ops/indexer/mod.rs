@@ -20,7 +20,7 @@ mod launch;
 
 pub use args::{IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts};
 pub use cpu::{indexer_logit, order_key};
-pub use cuda::{LightningIndexerKernel, indexer_smem_bytes};
+pub use cuda::{LightningIndexerKernel, indexer_candidates, indexer_smem_bytes};
 
 use std::marker::PhantomData;
 

@@ -2,6 +2,7 @@
 //! per-rank geometry checked against the numbers of the kernel spec.
 
 use shapeproof::backend::Cpu;
+use shapeproof::ops::indexer::LightningIndexer;
 use shapeproof::ops::prologue::{Bf16Store, Decode, Extend, Mxfp8Store, Verify};
 use shapeproof::ops::sparse_mla::WithLength;
 use static_assertions::assert_type_eq_all;
@@ -89,7 +90,10 @@ const _: () = {
     // The softmax scale of its config: 1/sqrt(192) · (0.1 · ln 40 + 1)² = 0.13523.
     assert!(ds::SM_SCALE > 0.13522 && ds::SM_SCALE < 0.13524);
     assert!(ds::D_QK == 576 && ds::TOPK == 2048);
+    // Its lightning indexer: 64 index heads (`index_n_heads`), the same top-k width.
+    assert!(ds::INDEX_HEADS == 64);
 };
+assert_type_eq_all!(deepseek_v32_tp8::Indexer, LightningIndexer<64, 2048>);
 
 // Head dim 64 with `auto`: the selector picks the bf16 store.
 assert_type_eq_all!(small_hd64::KvStore, Bf16Store<128>);
@@ -103,6 +107,7 @@ fn main() {
     let _ = deepseek_v32_tp8::SparseMlaWith::<WithLength>::new();
     // Every generated alias is usable as `Alias::new()`, with no annotation.
     let _ = deepseek_v32_tp8::SparseMla::new();
+    let _ = deepseek_v32_tp8::Indexer::new();
     let _ = inkling_tp8::global::VerifyPrologue::new();
     let _cache = inkling_tp8::sliding::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
     let _cache = small_hd64::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
