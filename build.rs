@@ -181,6 +181,18 @@ fn tables() -> Vec<Table> {
             list_values: false,
             body: none,
         },
+        Table {
+            rule: rules::MLA_CACHE_PAGE_SIZE,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
+        Table {
+            rule: rules::MLA_SCALE_GROUP_WIDTH,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
     ]
 }
 
@@ -338,6 +350,8 @@ fn claims() -> String {
     for h in rules::INDEX_HEADS {
         writeln!(c, "    indexer_heads::<{h}>();").unwrap();
     }
+    writeln!(c, "    mla_cache_page::<{}>();", rules::MLA_CACHE_PAGE).unwrap();
+    writeln!(c, "    mla_scale_group::<{}>();", rules::MLA_SCALE_GROUP).unwrap();
     for h in rules::NARROW_HEAD_TILES {
         writeln!(c, "    head_tile::<{h}>();").unwrap();
     }

@@ -222,7 +222,9 @@ SPARSE = ("sparse_mla.json", "`benches/sparse_mla.rs`")
 PROLOGUE = ("prologue.json", "`benches/prologue.rs`")
 TORCH = ("prologue_torch.json", "`bench/prologue_torch.py --out`")
 CANDLE = ("candle_launch.json", "`benches/candle_launch.rs`")
-KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0]]
+INDEXER = ("indexer.json", "`benches/indexer.rs`")
+MLA_CACHE = ("mla_cache.json", "`benches/mla_cache.rs`")
+KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
 NARROW = r"narrow_sq(\d+)_skv(\d+)_heads(\d+)_d(\d+)_topk(\d+)"
@@ -230,6 +232,8 @@ GRAPH = r"graph_B(\d+)"
 LONG = r"([a-z]+)_T(\d+)_(bf16|mxfp8)"
 TORCH_SMALL = r"graph_B(\d+)_(bf16|mxfp8)"
 CANDLE_REC = r"candle_launch_tracking_(true|false)"
+INDEXER_REC = r"indexer_t(\d+)_hist(\d+)_h(\d+)_topk(\d+)"
+CACHE_REC = r"(store)_t(\d+)|(gather)_n(\d+)"
 
 
 def fp8_limit(run):
@@ -490,6 +494,43 @@ def candle_launch(run, results_dir):
     return out + table(header, rows) + [""]
 
 
+def indexer(run, results_dir):
+    out = ["### Lightning indexer (prefill, logits and top-k fused)", ""]
+    if run is None:
+        return out + no_run(results_dir, *INDEXER)
+    limit, limit_text = fp8_limit(run)
+    out += run_line(run, INDEXER[1], [limit_text, copy_limit(run)[1]])
+    recs = run.matching(INDEXER_REC)
+    if not recs:
+        return out + none_of_kind(run)
+    rows = []
+    for m, _, f in recs:
+        tokens, history, heads, topk = m.groups()
+        keys = f"{history} + chunk, causal" if history != "0" else "the chunk, causal"
+        rows.append([f"({tokens}, {keys}, {heads}, {topk})", num(f.get("ms"), 2),
+                     num(f.get("tflops"), 0),
+                     DASH if limit is None else pct(f.get("tflops") / limit)])
+    return out + table(["(T, keys, H_IDX, TOPK)", "ms", "TFLOP/s", "of FP8 matmul"], rows) + [""]
+
+
+def mla_cache(run, results_dir):
+    out = ["### FP8 sparse MLA cache: store and gather", ""]
+    if run is None:
+        return out + no_run(results_dir, *MLA_CACHE)
+    limit, limit_text = copy_limit(run)
+    out += run_line(run, MLA_CACHE[1], [limit_text])
+    recs = run.matching(CACHE_REC)
+    if not recs:
+        return out + none_of_kind(run)
+    rows = []
+    for m, _, f in recs:
+        op = m.group(1) or m.group(3)
+        n = m.group(2) or m.group(4)
+        rows.append([op, n, num(f.get("us"), 1), num(f.get("gbs"), 0),
+                     DASH if limit is None else pct(f.get("gbs") / limit)])
+    return out + table(["op", "rows", "µs", "GB/s", "of copy"], rows) + [""]
+
+
 def render(results_dir):
     runs = {name: load(results_dir, name) for name in KNOWN_FILES}
     sparse, prologue = runs[SPARSE[0]], runs[PROLOGUE[0]]
@@ -509,6 +550,12 @@ def render(results_dir):
     out += candle_launch(runs[CANDLE[0]], results_dir)
     if runs[CANDLE[0]] is not None:
         out += others(runs[CANDLE[0]])
+    out += indexer(runs[INDEXER[0]], results_dir)
+    if runs[INDEXER[0]] is not None:
+        out += others(runs[INDEXER[0]])
+    out += mla_cache(runs[MLA_CACHE[0]], results_dir)
+    if runs[MLA_CACHE[0]] is not None:
+        out += others(runs[MLA_CACHE[0]])
     if os.path.isdir(results_dir):
         for name in sorted(os.listdir(results_dir)):
             if name.endswith(".json") and name not in KNOWN_FILES:

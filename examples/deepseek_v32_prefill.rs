@@ -1,13 +1,17 @@
 //! DeepSeek V3.2 (docs/kernels/models.md §4.3) at tensor-parallel degree 8: one 4096-token prefill
-//! chunk from the lightning indexer to the sparse MLA output. The indexer (64 index heads,
-//! docs/kernels/indexer.md) picks every query row's top-2048 of the rows it may see; its
-//! `[s_q, 2048]` output goes to the FP8 sparse MLA prefill as it is (d_qk 576 = 512 latent + 64
-//! RoPE). Each rank has 16 query heads; the model definition selects the 16-head tile, so the
-//! kernel type runs them with the narrow kernel, not padded to 64 heads.
+//! chunk from the KV cache to the sparse MLA output. The sequence's latent rows (bf16: 512 latent
+//! and 64 RoPE values) are stored into the FP8 cache (656 bytes a token, docs/kernels/mla_cache.md) at
+//! the slots of its pages, scattered over the cache as a page table leaves them; the gather
+//! builds the prefill's e4m3 workspace from those slots in token order, so workspace row `p` is
+//! token `p`. The indexer (64 index heads, docs/kernels/indexer.md) picks every query row's
+//! top-2048 of the rows it may see; its `[s_q, 2048]` output goes to the FP8 sparse MLA prefill
+//! as it is (d_qk 576). Each rank has 16 query heads; the model definition selects the 16-head
+//! tile, so the kernel type runs them with the narrow kernel, not padded to 64 heads.
 //!
-//! On an H200 it times both steps of the whole chunk and checks a sample of query rows against
-//! the CPU reference (the indexer's rows, then the prefill on the GPU's rows); elsewhere it runs
-//! both on the CPU reference at a reduced size.
+//! On an H200 it times every step of the whole chunk and checks a sample of query rows against
+//! the CPU reference (the indexer's rows, then the prefill on the GPU's rows, each backend
+//! storing and gathering its own cache); elsewhere it runs them all on the CPU reference at a
+//! reduced size.
 //! `cargo run --release --example deepseek_v32_prefill`
 
 use std::time::Instant;
@@ -16,7 +20,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
+use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, RunIndexer};
+use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows, RunMlaCache};
 use shapeproof::ops::sparse_mla::{OutRow, RunSparseMla, SparseMlaInputs};
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -34,13 +40,17 @@ use deepseek_v32_tp8 as ds;
 /// YaRN mscale² (docs/kernels/models.md §4.3), 0.1352.
 const SM_SCALE: f32 = ds::SM_SCALE;
 
+/// Pages of the layer's FP8 cache (the sequence takes `s_kv / 64` of them).
+const CACHE_PAGES: usize = 1024;
+
 /// One prefill chunk: `s_q` new tokens after `prefix` cached ones; query row `i` may see the
 /// `prefix + i + 1` rows up to itself, and the indexer picks up to TOPK of them.
 struct Chunk {
     s_q: usize,
     s_kv: usize,
     q: Vec<F8E4M3>,          // [s_q, HQ, D_QK]
-    kv: Vec<F8E4M3>,         // [s_kv, D_QK]
+    latent: Vec<bf16>,       // [s_kv, 576] each token's latent and RoPE values
+    slots: Vec<i32>,         // [s_kv] each token's cache slot (its page's, scattered)
     index_q: Vec<F8E4M3>,    // [s_q, INDEX_HEADS, 128]
     index_weights: Vec<f32>, // [s_q, INDEX_HEADS]
     index_k: Vec<F8E4M3>,    // [s_kv, 128]
@@ -57,7 +67,19 @@ impl Chunk {
                 .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 0.17))
                 .collect()
         };
-        let (q, kv) = (cast(s_q * ds::HQ * ds::D_QK), cast(s_kv * ds::D_QK));
+        let q = cast(s_q * ds::HQ * ds::D_QK);
+        let latent = (0..s_kv * MLA_CACHE_DIM)
+            .map(|_| bf16::from_f32((rng.random::<f32>() - 0.5) * 0.17))
+            .collect();
+        // The sequence's pages: a random choice of the cache's, in a random order.
+        let mut pages: Vec<usize> = (0..CACHE_PAGES).collect();
+        for i in 0..pages.len() {
+            let j = rng.random_range(i..pages.len());
+            pages.swap(i, j);
+        }
+        let slots = (0..s_kv)
+            .map(|t| (pages[t / 64] * 64 + t % 64) as i32)
+            .collect();
         let unit = |rng: &mut StdRng, n: usize| -> Vec<F8E4M3> {
             (0..n)
                 .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 4.0))
@@ -73,7 +95,8 @@ impl Chunk {
             s_q,
             s_kv,
             q,
-            kv,
+            latent,
+            slots,
             index_q,
             index_weights,
             index_k,
@@ -88,7 +111,8 @@ impl Chunk {
             s_q: rows,
             s_kv: self.s_kv,
             q: self.q[..rows * ds::HQ * ds::D_QK].to_vec(),
-            kv: self.kv.clone(),
+            latent: self.latent.clone(),
+            slots: self.slots.clone(),
             index_q: self.index_q[..rows * ds::INDEX_HEADS * 128].to_vec(),
             index_weights: self.index_weights[..rows * ds::INDEX_HEADS].to_vec(),
             index_k: self.index_k.clone(),
@@ -135,9 +159,31 @@ struct Outputs<B: Backend> {
     lse: Tensor<B, f32, Cols<{ ds::HQ }>>,
 }
 
-/// Uploads the chunk with the indexer's rows and returns a closure-ready set of inputs, KV and
-/// outputs.
-fn prepare<B: Backend>(
+/// The chunk's latent rows stored into a fresh FP8 cache at their slots, then gathered in token
+/// order into the prefill's workspace (identity scale).
+fn cache_and_gather<B: RunMlaCache>(b: &B, c: &Chunk) -> ds::KvCache<B> {
+    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, CACHE_PAGES).unwrap();
+    let loc: Vec<i64> = c.slots.iter().map(|&s| s as i64).collect();
+    let rows = MlaKvRows::new(
+        Tensor::from_host(b, "kv", &c.latent, c.s_kv).unwrap(),
+        Tensor::from_host(b, "loc", &loc, c.s_kv).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(b, &rows, &mut cache, None)
+        .unwrap();
+    let index = Tensor::from_host(b, "index", &c.slots, c.s_kv).unwrap();
+    let mut workspace =
+        ds::KvCache::new(b, b.zeros(c.s_kv * ds::D_QK).unwrap(), c.s_kv, 0.0).unwrap();
+    MlaCacheGather::<64, 128>::new()
+        .run(b, &cache, &index, &mut workspace, None)
+        .unwrap();
+    workspace
+}
+
+/// Uploads the chunk with the indexer's rows and returns a closure-ready set of inputs, KV
+/// (through the cache) and outputs.
+fn prepare<B: RunMlaCache>(
     b: &B,
     c: &Chunk,
     indices: Tensor<B, i32, Cols<{ ds::TOPK }>>,
@@ -153,7 +199,7 @@ fn prepare<B: Backend>(
         SM_SCALE,
     )
     .unwrap();
-    let kv = ds::KvCache::new(b, b.upload(&c.kv).unwrap(), c.s_kv, 1.0).unwrap();
+    let kv = cache_and_gather(b, c);
     let outputs = Outputs {
         out: Tensor::filled(b, c.s_q, bf16::NAN).unwrap(),
         max_logits: Tensor::filled(b, c.s_q, f32::NAN).unwrap(),
@@ -162,7 +208,7 @@ fn prepare<B: Backend>(
     (inputs, kv, outputs)
 }
 
-fn run<B: RunSparseMla>(
+fn run<B: RunSparseMla + RunMlaCache>(
     b: &B,
     c: &Chunk,
     indices: Tensor<B, i32, Cols<{ ds::TOPK }>>,
@@ -283,6 +329,17 @@ fn main() {
                 ds::TOPK,
                 ds::Indexer::flops(pairs) / (ms * 1e-3) / 1e12
             );
+            let (start_c, end_c) = (ev(), ev());
+            start_c.record(g.stream()).unwrap();
+            let kv_check = cache_and_gather(&g, &chunk);
+            end_c.record(g.stream()).unwrap();
+            end_c.synchronize().unwrap();
+            drop(kv_check);
+            println!(
+                "FP8 cache of {} tokens: store + gather (with the cache's allocation and the rows' upload) {:.3} ms",
+                chunk.s_kv,
+                start_c.elapsed_ms(&end_c).unwrap()
+            );
             let (inputs, kv, mut o) = prepare(&g, &chunk, indices);
             let kernel = ds::SparseMla::new();
             for _ in 0..3 {
@@ -317,7 +374,7 @@ fn main() {
             let o = run(&Cpu, &chunk, indices);
             let lse = o.lse.to_host(&Cpu).unwrap();
             println!(
-                "{} query rows x {} heads over {} KV rows, indexer and prefill, in {:.0} ms on the CPU reference; lse of row 0, head 0: {:.4}",
+                "{} query rows x {} heads over {} KV rows, cache store and gather, indexer and prefill, in {:.0} ms on the CPU reference; lse of row 0, head 0: {:.4}",
                 chunk.s_q,
                 ds::HQ,
                 chunk.s_kv,

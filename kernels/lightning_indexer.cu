@@ -12,8 +12,8 @@
 // adds and two quad shuffles. Two accumulator sets alternate: the next block's wgmma runs while
 // the current block's sums and admissions are computed. Two CTAs share an SM.
 //
-// Top-k without a logit round trip: each token keeps a candidate buffer of CAP = 1.5 * TOPK
-// (ordered key, position) pairs in shared memory. A logit is admitted when it beats the token's
+// Top-k without a logit round trip: each token keeps a candidate buffer of
+// CAP = TOPK + max(TOPK / 2, 128) (ordered key, position) pairs in shared memory. A logit is admitted when it beats the token's
 // threshold (the TOPK-th best candidate so far); when a buffer could overflow on the next block
 // it is cut back to exactly its TOPK best (bit-descent selection over the ordered keys, ties on
 // the position) and the threshold rises. Keys arrive in ascending position, so after a cut a

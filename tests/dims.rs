@@ -49,6 +49,18 @@ where
 {
 }
 
+fn mla_cache_page<const P: usize>()
+where
+    Dim<P>: MlaCachePage,
+{
+}
+
+fn mla_scale_group<const G: usize>()
+where
+    Dim<G>: MlaScaleGroup,
+{
+}
+
 fn head_tile<const H: usize>()
 where
     Dim<H>: HeadTile + PadsTo<H>,
@@ -118,4 +130,9 @@ fn table_edges_are_honest() {
     assert_not_impl_any!(Dim<0>: IndexerTopk);
     assert_not_impl_any!(Dim<2176>: IndexerTopk);
     assert_not_impl_any!(Dim<100>: IndexerTopk);
+    // The FP8 sparse MLA cache: pages of 64 tokens, scale groups of 128 channels, nothing else.
+    assert_not_impl_any!(Dim<32>: MlaCachePage);
+    assert_not_impl_any!(Dim<128>: MlaCachePage);
+    assert_not_impl_any!(Dim<64>: MlaScaleGroup);
+    assert_not_impl_any!(Dim<256>: MlaScaleGroup);
 }

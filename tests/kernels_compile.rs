@@ -5,6 +5,7 @@
 
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
 use shapeproof::ops::indexer::LightningIndexerKernel;
+use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
@@ -48,6 +49,15 @@ fn lightning_indexer() {
     compiles::<LightningIndexerKernel<32, 2048>>();
     compiles::<LightningIndexerKernel<32, 512>>();
     compiles::<LightningIndexerKernel<32, 128>>();
+}
+
+#[test]
+fn mla_cache() {
+    // One row a warp for short calls, four for long ones.
+    compiles::<MlaCacheStoreKernel<128, 1>>();
+    compiles::<MlaCacheStoreKernel<128, 4>>();
+    compiles::<MlaCacheGatherKernel<128, 1>>();
+    compiles::<MlaCacheGatherKernel<128, 4>>();
 }
 
 #[test]

@@ -74,6 +74,10 @@ pub const INDEX_HEADS: [usize; 2] = [32, 64];
 pub const INDEX_HEAD_DIM: usize = 128;
 /// Largest top-k width of the lightning indexer (its candidate buffers live in shared memory).
 pub const MAX_INDEX_TOPK: usize = 2048;
+/// Tokens of one page of the FP8 sparse MLA cache (DeepSeek V3.2's "FP8 with scale" format).
+pub const MLA_CACHE_PAGE: usize = 64;
+/// Latent channels that share one f32 scale in the FP8 sparse MLA cache.
+pub const MLA_SCALE_GROUP: usize = 128;
 /// Tensor-parallel degrees the tables cover, ascending.
 pub const TP_DEGREES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// Largest attention-head (or KV-head) count the tensor-parallel tables cover.
@@ -103,6 +107,8 @@ pub const CONSTANTS: &[(&str, &[usize])] = &[
     ("INDEX_HEADS", &INDEX_HEADS),
     ("INDEX_HEAD_DIM", &[INDEX_HEAD_DIM]),
     ("MAX_INDEX_TOPK", &[MAX_INDEX_TOPK]),
+    ("MLA_CACHE_PAGE", &[MLA_CACHE_PAGE]),
+    ("MLA_SCALE_GROUP", &[MLA_SCALE_GROUP]),
     ("TP_DEGREES", &TP_DEGREES),
     ("MAX_HEADS", &[MAX_HEADS]),
 ];
@@ -528,6 +534,32 @@ indices are rows the sparse MLA prefill takes as they are.",
     model_fix: None,
 };
 
+/// A page size of the FP8 sparse MLA cache.
+pub const MLA_CACHE_PAGE_SIZE: Rule = Rule {
+    name: "MlaCachePage",
+    param: None,
+    doc: "A page size of the FP8 sparse MLA cache: {MLA_CACHE_PAGE} tokens, the pages DeepSeek V3.2's \"FP8 with\nscale\" cache is laid out in.",
+    values: Values::Set(&[MLA_CACHE_PAGE]),
+    message: "FP8 sparse MLA cache pages of `{value}` tokens are not supported",
+    label: "the FP8 sparse MLA cache has pages of PAGE = {MLA_CACHE_PAGE} tokens",
+    reason: "the format's pages (FlashMLA's FP8 sparse kernels, the SM90 paged indexer) hold {MLA_CACHE_PAGE} tokens, and the cache shares its page table with them",
+    fix: "use `MlaFp8KvCache<B, {MLA_CACHE_PAGE}, {MLA_SCALE_GROUP}>` (`DeepSeekV32KvCache<B>`); an engine with another page size keeps {MLA_CACHE_PAGE}-token pages for this cache",
+    model_fix: None,
+};
+
+/// A scale-group width of the FP8 sparse MLA cache.
+pub const MLA_SCALE_GROUP_WIDTH: Rule = Rule {
+    name: "MlaScaleGroup",
+    param: None,
+    doc: "A scale-group width of the FP8 sparse MLA cache: {MLA_SCALE_GROUP} latent channels share one f32 scale,\nfour groups a token.",
+    values: Values::Set(&[MLA_SCALE_GROUP]),
+    message: "FP8 sparse MLA cache scale groups of `{value}` channels are not supported",
+    label: "the FP8 sparse MLA cache scales GROUP = {MLA_SCALE_GROUP} latent channels with one f32",
+    reason: "the 656-byte row of DeepSeek V3.2 holds 512 e4m3 latent values, four f32 scales and 64 bf16 RoPE values; other groupings are other formats (DeepSeek V4's rows have E8M0 scales per 64 channels)",
+    fix: "use `MlaFp8KvCache<B, {MLA_CACHE_PAGE}, {MLA_SCALE_GROUP}>` (`DeepSeekV32KvCache<B>`)",
+    model_fix: None,
+};
+
 /// Every rule, in the order of `shapeproof::rules`.
 pub const CATALOGUE: &[Rule] = &[
     MXFP8_WIDTH,
@@ -545,6 +577,8 @@ pub const CATALOGUE: &[Rule] = &[
     SHARDS_KV_HEADS,
     INDEXER_HEADS,
     INDEXER_TOPK,
+    MLA_CACHE_PAGE_SIZE,
+    MLA_SCALE_GROUP_WIDTH,
 ];
 
 impl Rule {

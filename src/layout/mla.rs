@@ -89,4 +89,9 @@ impl<B: Backend, const D_QK: usize, S: StorageMut<B>> MlaLatentKv<B, D_QK, S> {
     pub fn set_scale(&mut self, backend: &B, scale: f32) -> Result<()> {
         self.scale.write(backend, &[scale])
     }
+
+    /// The rows and the scale as a kernel writes them, `[s_kv, D_QK]` and `[1]`.
+    pub(crate) fn slices_mut(&mut self) -> (B::SliceMut<'_, F8E4M3>, B::SliceMut<'_, f32>) {
+        (self.data.as_slice_mut(), self.scale.as_slice_mut())
+    }
 }

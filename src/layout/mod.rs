@@ -5,11 +5,17 @@
 //! fix, contiguous) hold by construction rather than by a check at each call.
 
 mod mla;
+mod mla_fp8;
 mod mxfp8;
 mod paged;
 mod scale_plane;
 
 pub use mla::MlaLatentKv;
+pub use mla_fp8::{
+    DeepSeekV32KvCache, MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, MLA_MIN_SCALE,
+    MLA_ROPE_DIM, MlaFp8KvCache, MlaFp8Page, mla_fp8_decode_row, mla_fp8_encode_row,
+    mla_fp8_row_bytes, mla_fp8_scale_for,
+};
 pub use mxfp8::{Mxfp8KvCache, Mxfp8KvParts, ScalePlanePage};
 pub use paged::PagedBf16Kv;
 pub use scale_plane::{kv_data_offset, scale_plane_offset};

@@ -7,7 +7,9 @@
 //! `launch_plan`. Only `cuda.rs` names CUDA types.
 
 pub(crate) mod checked;
+pub mod counter;
 pub mod indexer;
+pub mod mla_cache;
 pub mod mxfp8_quantize;
 pub mod prologue;
 pub mod sparse_mla;

@@ -6,6 +6,7 @@ pub mod boundary;
 #[cfg(feature = "candle")]
 pub mod candle;
 pub mod indexer;
+pub mod mla_cache;
 pub mod prologue;
 pub mod quantize;
 pub mod sparse_mla;

@@ -144,47 +144,6 @@ impl<B: Backend, const DKV: usize, C: ConvSpec, S: Storage<B>> ConvState<B, DKV,
     }
 }
 
-/// A counter of indices the device skipped because they pointed outside their buffer
-/// (`loc` beyond the pool, conv-cache indices beyond the cache, …). Read it after a call.
-pub struct ErrorCounter<B: Backend> {
-    count: Tensor<B, u32, Scalar>, // [1]
-}
-
-impl<B: Backend> ErrorCounter<B> {
-    /// A counter at zero.
-    pub fn new(backend: &B) -> Result<Self> {
-        Ok(Self {
-            count: Tensor::zeros(backend, 1)?,
-        })
-    }
-
-    /// The count so far (waits for queued work).
-    pub fn read(&self, backend: &B) -> Result<u32> {
-        Ok(self.count.to_host(backend)?[0])
-    }
-
-    /// Sets the count back to zero.
-    pub fn reset(&mut self, backend: &B) -> Result<()> {
-        self.set(backend, 0)
-    }
-
-    /// Sets the count to `value` (e.g. to carry a running total over). The count wraps at
-    /// 2^32 on every backend, as the device's `atomicAdd` does.
-    pub fn set(&mut self, backend: &B, value: u32) -> Result<()> {
-        self.count.write(backend, &[value])
-    }
-
-    /// The counter's one-element tensor (e.g. to copy it into an engine's own stats buffer).
-    pub fn count(&self) -> &Tensor<B, u32, Scalar> {
-        &self.count
-    }
-
-    /// The count as the call writes it, `[1]`.
-    pub(crate) fn slice_mut(&mut self) -> B::SliceMut<'_, u32> {
-        self.count.as_slice_mut()
-    }
-}
-
 checked_struct! {
     /// Outputs with a bf16 q: `q [T, DQ]`, `k [T, DKV]`, `v [T, DKV]`, tied to one token count.
     pub struct Bf16Outputs [const DQ, const DKV] []

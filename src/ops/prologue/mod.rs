@@ -17,13 +17,14 @@ mod cpu;
 mod cuda;
 mod launch;
 
+pub use crate::ops::counter::ErrorCounter;
 pub use args::{
     Bf16OutputParts, ConvStateParts, DecodeBatchParts, DecodeTrackParts, ExtendBatchParts,
     ExtendTrackParts, Mxfp8OutputParts, PrologueWeightsParts, VerifyBatchParts, VerifyWindowsParts,
 };
 pub use args::{
-    ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ErrorCounter, ExtendBatch,
-    ExtendTrack, PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
+    ConvHistory, ConvState, ConvTaps, DecodeBatch, DecodeTrack, ExtendBatch, ExtendTrack,
+    PrologueWeights, TrackRows, VerifyBatch, VerifyWindows,
 };
 pub use cuda::{
     ConvStateUpdateKernel, ConvStateUpdateParams, PrologueKernel, PrologueLaunchPlan,

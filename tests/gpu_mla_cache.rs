@@ -1,0 +1,99 @@
+//! The FP8 sparse MLA cache store and gather on the GPU: the cache and the workspace are the
+//! CPU reference's bytes exactly (every byte of the whole poisoned cache compared, so a slot
+//! no token names must stay as it was), and the skipped-slot counts agree. Token counts that do
+//! not fill a block, one token, no token, tens of thousands of tokens over a large cache,
+//! awkward groups (zeros, NaN, huge, tiny, power-of-two boundaries), padding and slots past the
+//! cache in both ops; a store and a gather recorded into a graph replay to the same bytes.
+//! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
+#![cfg(feature = "gpu-tests")]
+
+mod common;
+
+use common::mla_cache::{CacheScenario, assert_same};
+use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::dtype::F8E4M3;
+use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv};
+use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows};
+use shapeproof::tensor::Tensor;
+
+fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
+}
+
+fn case(pages: usize, tokens: usize, gathered: usize) {
+    let what = format!("pages {pages} tokens {tokens} gathered {gathered}");
+    let mut rng = common::rng(&what);
+    let s = CacheScenario::new(&mut rng, pages, tokens, gathered);
+    let got = s.run(&gpu());
+    let want = s.run(&Cpu);
+    assert_same(&what, &got, &want);
+    assert_eq!(got.store_skipped, s.bad_loc(), "{what}");
+    assert_eq!(got.gather_skipped, s.bad_index(), "{what}");
+}
+
+#[test]
+fn store_and_gather_match_the_cpu_byte_for_byte() {
+    case(4, 203, 301);
+    case(1, 1, 1);
+    case(2, 8, 9);
+}
+
+#[test]
+fn no_token_and_no_row() {
+    // Nothing to store leaves the poisoned cache as it was; an empty gather still sets the
+    // workspace's scale.
+    case(3, 0, 0);
+}
+
+#[test]
+fn a_large_cache() {
+    // 40k tokens into 1024 pages (65536 slots), 70k rows gathered: long calls, four rows a
+    // warp (the other cases take one).
+    case(1024, 40000, 70000);
+}
+
+#[test]
+fn recorded_store_and_gather_replay_to_the_same_bytes() {
+    let g = gpu();
+    let mut rng = common::rng("recorded_store_and_gather_replay_to_the_same_bytes");
+    let s = CacheScenario::new(&mut rng, 4, 150, 200);
+    let want = s.run(&Cpu);
+    let mut cache =
+        DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
+    let rows = MlaKvRows::new(
+        Tensor::from_host(&g, "kv", &s.kv, s.tokens()).unwrap(),
+        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
+    )
+    .unwrap();
+    let n = s.index.len();
+    let index = Tensor::from_host(&g, "index", &s.index, n).unwrap();
+    let poison = vec![F8E4M3::from_bits(0x5A); n * MLA_CACHE_DIM];
+    let mut workspace =
+        MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(&g, g.upload(&poison).unwrap(), n, 7.0).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .record(&mut recorder, &rows, &mut cache, None)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    // The graph borrows the cache mutably until dropped: no read can race its replays.
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    let mut recorder = g.record_graph().unwrap();
+    MlaCacheGather::<64, 128>::new()
+        .record(&mut recorder, &cache, &index, &mut workspace, None)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    assert_eq!(cache.bytes().to_host(&g).unwrap(), want.cache);
+    let bytes: Vec<u8> = workspace
+        .data()
+        .to_host(&g)
+        .unwrap()
+        .iter()
+        .map(|b| b.to_bits())
+        .collect();
+    assert_eq!(bytes, want.workspace);
+    assert_eq!(workspace.scale().to_host(&g).unwrap(), vec![1.0]);
+}
