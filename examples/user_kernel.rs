@@ -14,12 +14,12 @@
 #[path = "kernels/head_rmsnorm.rs"]
 mod head_rmsnorm;
 
-use head_rmsnorm::{HeadRmsNorm, HeadRow, RunHeadRmsNorm};
+use head_rmsnorm::{HeadRmsNorm, RunHeadRmsNorm};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda, cuda};
 use shapeproof::prelude::bf16;
-use shapeproof::tensor::{Cols, Tensor};
+use shapeproof::tensor::{Cols, Heads, Tensor};
 
 /// Heads per row (Inkling's q heads on one of 8 ranks).
 const HEADS: usize = 8;
@@ -82,7 +82,7 @@ fn run<B: RunHeadRmsNorm>(
     x: &[bf16],
     gamma: &[bf16],
 ) -> shapeproof::Result<Vec<bf16>> {
-    let x = Tensor::<B, bf16, HeadRow<HEADS, HD>>::from_host(backend, "x", x, ROWS)?;
+    let x = Tensor::<B, bf16, Heads<HEADS, HD>>::from_host(backend, "x", x, ROWS)?;
     let gamma = Tensor::<B, bf16, Cols<HD>>::from_host(backend, "gamma", gamma, 1)?;
     // Poisoned output: a row the kernel skips shows up as NaN.
     let mut out = Tensor::filled(backend, ROWS, bf16::NAN)?;

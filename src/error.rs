@@ -165,6 +165,16 @@ impl Error {
         }
     }
 
+    /// `value` as the `i32` a kernel counts rows or indices in: `Ok`, or an [`Error::Value`]
+    /// naming `param` with the range `0 ..= i32::MAX`.
+    pub fn to_i32(param: &'static str, value: usize) -> Result<i32> {
+        i32::try_from(value).map_err(|_| Error::Value {
+            param,
+            value: i64::try_from(value).unwrap_or(i64::MAX),
+            range: format!("0 ..= {}", i32::MAX),
+        })
+    }
+
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
     pub fn check_extent(
         param: &'static str,

@@ -1,47 +1,38 @@
 //! How to declare a kernel of your own.
 //!
 //! The library's kernels are built from four parts, and a kernel declared outside the library
-//! uses the same four. `examples/user_kernel.rs` (with `examples/kernels/head_rmsnorm.rs` and
-//! `.cu`) is a complete one: a per-head RMSNorm with a head-dim rule, a CUDA source, a CPU path,
-//! and a comparison of the two on a GPU.
+//! uses the same four, with the same helpers. `examples/user_kernel.rs` (with
+//! `examples/kernels/head_rmsnorm.rs` and `.cu`) is a complete one: a per-head RMSNorm with a
+//! head-dim rule, a CUDA source, a CPU path, and a comparison of the two on a GPU.
 //!
 //! # 1. The kernel type and its rules
 //!
 //! Static facts (head dims, widths, page sizes) are const generics of the kernel type. Each
-//! rule is a marker trait on [`Dim<N>`](crate::dim::Dim) with `#[diagnostic::on_unimplemented]`
-//! — the message names the value, the label states the rule, the note gives the reason and the
-//! fix — implemented for exactly the values that satisfy it (a table: stable Rust cannot compute
-//! `N % 32 == 0` in a bound). Mark the table's impls `#[diagnostic::do_not_recommend]` so the
-//! error does not list them. Put the bounds on the constructor, not on the struct: one clean
-//! `E0277` at the call.
+//! rule is a marker trait on [`Dim<N>`](crate::dim::Dim) implemented for exactly the values
+//! that satisfy it (stable Rust cannot compute `N % 32 == 0` in a bound), with a diagnostic
+//! whose message names the value, whose label states the rule and whose note gives the reason
+//! and the fix. [`dim_rule!`](crate::dim_rule) declares one from a range or a list. Put the
+//! bounds on the constructor, not on the struct: one clean `E0277` at the call.
 //!
 //! ```
 //! use shapeproof::dim::Dim;
 //!
-//! /// A head dim one warp can normalize: 32 lanes × `HD / 32` channels.
-//! #[diagnostic::on_unimplemented(
-//!     message = "head dim `{Self}` is not a multiple of 32 between 32 and 1024",
-//!     label = "per-head RMSNorm needs HD = 32, 64, …, 1024",
-//!     note = "one warp normalizes one head; pad the head to a multiple of 32"
-//! )]
-//! pub trait WarpHeadDim {}
-//! macro_rules! warp_head_dims {
-//!     ($($k:literal)*) => {$(
-//!         #[diagnostic::do_not_recommend]
-//!         impl WarpHeadDim for Dim<{ $k * 32 }> {}
-//!     )*};
+//! shapeproof::dim_rule! {
+//!     /// A head dim one warp can normalize: 32 lanes × `HD / 32` channels.
+//!     pub trait WarpHeadDim for 32..=1024 step 32 {
+//!         message: "head dim `{Self}` is not a multiple of 32 between 32 and 1024",
+//!         label: "per-head RMSNorm needs HD = 32, 64, …, 1024",
+//!         note: "one warp normalizes one head; pad the head to a multiple of 32",
+//!     }
 //! }
-//! warp_head_dims!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
 //!
-//! pub struct HeadRmsNorm<const HEADS: usize, const HD: usize> {
-//!     eps: f32,
-//! }
+//! pub struct HeadRmsNorm<const HEADS: usize, const HD: usize>(f32);
 //! impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
 //!     pub fn new(eps: f32) -> Self
 //!     where
 //!         Dim<HD>: WarpHeadDim,
 //!     {
-//!         Self { eps }
+//!         Self(eps)
 //!     }
 //! }
 //!
@@ -52,8 +43,8 @@
 //!
 //! Runtime extents (rows, tokens) are not types: tie them once where the caller's buffers
 //! enter, with [`Tensor`](crate::tensor::Tensor)s whose row shape is static
-//! ([`RowShape`](crate::tensor::RowShape)) and whose row counts are checked against each other,
-//! returning an [`Error`](crate::Error) that names the argument.
+//! ([`RowShape`](crate::tensor::RowShape); `Heads<H, HD>`, `Cols<N>`) and whose row counts are
+//! checked against each other, returning an [`Error`](crate::Error) that names the argument.
 //!
 //! # 2. The CUDA source
 //!
@@ -69,43 +60,40 @@
 //! __global__ void head_rmsnorm_kernel(const HeadRmsNormParams p) { … }
 //! ```
 //!
-//! # 3. `impl CudaKernel`
+//! # 3. The kernel's CUDA identity and its launch
 //!
-//! Mirror the parameter struct with [`param_block!`](crate::param_block) (device pointers as
-//! `u64`, from [`Cuda::ptr`](crate::backend::Cuda::ptr)): a `#[repr(C)]` struct and its layout
-//! table, which [`check_params`](crate::backend::cuda::check_params) proves equal to the CUDA
-//! struct's with NVRTC `static_assert`s (run it in a test). Then implement
-//! [`CudaKernel`](crate::backend::cuda::CudaKernel) on a type that carries the static dims: it
-//! names the source and renders the template instantiation. The type is the key of the JIT
-//! cache; [`Cuda::launch`](crate::backend::Cuda::launch) then compiles on first use and queues
-//! one `cuLaunchKernel` with the parameter block, with no validation in the launch path (the
-//! `unsafe` contract: every pointer addresses enough memory for the launch shape — which the
-//! typed, row-checked arguments guarantee).
+//! [`cuda_kernel!`](crate::cuda_kernel) declares the Rust mirror of the parameter struct (a
+//! `#[repr(C)]` struct with a layout table, as [`param_block!`](crate::param_block)) and
+//! implements [`CudaKernel`](crate::backend::cuda::CudaKernel) on the kernel type: the source and
+//! the template instantiation its const parameters select. The type is the key of the JIT
+//! cache. [`check_params`](crate::backend::cuda::check_params) proves the mirror's layout equal
+//! to the CUDA struct's with NVRTC `static_assert`s (run it in a test).
 //!
 //! ```ignore
-//! shapeproof::param_block! {
-//!     pub struct HeadRmsNormParams { x: u64, gamma: u64, out: u64, rows: i64, eps: f32 }
-//! }
-//!
-//! pub struct HeadRmsNormKernel<const HEADS: usize, const HD: usize>;
-//! impl<const HEADS: usize, const HD: usize> CudaKernel for HeadRmsNormKernel<HEADS, HD> {
-//!     const SOURCE: &'static str = include_str!("head_rmsnorm.cu");
-//!     type Params = HeadRmsNormParams;
-//!     fn instantiation() -> String {
-//!         format!("head_rmsnorm_kernel<{HEADS}, {HD}>")
+//! shapeproof::cuda_kernel! {
+//!     impl CudaKernel for HeadRmsNorm<const HEADS: usize, const HD: usize> {
+//!         source: include_str!("head_rmsnorm.cu"),
+//!         instantiation: "head_rmsnorm_kernel<{HEADS}, {HD}>",
+//!         params: pub struct HeadRmsNormParams { x: u64, gamma: u64, out: u64, rows: i64, eps: f32 },
 //!     }
 //! }
 //! ```
+//!
+//! The launch goes through [`DeviceArgs`](crate::backend::cuda::DeviceArgs), as every launch
+//! of the library does: each buffer is admitted into the parameter block (it must belong to the
+//! backend's context and be ordered on its stream, or be synchronized with events; a view that
+//! a kernel reads in 16-byte vectors must start aligned), then `launch` queues one
+//! `cuLaunchKernel` under a [`LaunchShape`](crate::backend::cuda::LaunchShape). `launch` is
+//! `unsafe`: the extents are the caller's promise.
 //!
 //! # 4. The CPU path, and the two doors
 //!
 //! Declare a `Run…` trait on [`Backend`](crate::backend::Backend) with one method, implement it
 //! for [`Cpu`](crate::backend::Cpu) (plain Rust with the kernel's exact semantics, its
 //! arithmetic in the same order where the results should agree bit for bit) and for
-//! [`Cuda`](crate::backend::Cuda) (fill the parameter block, derive the launch shape, launch).
-//! That method is the **raw door**: make it an `unsafe fn` whose `# Safety` section lists the
-//! extents the kernel relies on, since it checks nothing. The kernel's `run` is the **safe
-//! door**: it checks the runtime extents once (returning an [`Error`](crate::Error) that names
-//! the argument) and then calls the raw entry inside `unsafe`, so the same typed call runs on
-//! both backends, a test compares them, and no safe caller can reach the kernel with the wrong
-//! extents. `examples/kernels/head_rmsnorm.rs` is written this way.
+//! [`Cuda`](crate::backend::Cuda) (part 3). That method is the **raw door**: an `unsafe fn`
+//! taking borrowed slices, whose `# Safety` section lists the extents the kernel relies on,
+//! since it checks nothing. The kernel's `run` is the **safe door**: it checks the runtime
+//! extents once (returning an [`Error`](crate::Error) that names the argument) and then calls
+//! the raw door inside `unsafe`, so the same typed call runs on both backends, a test compares
+//! them, and no safe caller can reach the kernel with the wrong extents.

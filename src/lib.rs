@@ -45,6 +45,26 @@ pub use error::{Error, Result};
 #[doc = include_str!("model.md")]
 pub use shapeproof_macros::model;
 
+/// Declares a shape rule of your own kernel: a marker trait on [`Dim<N>`](dim::Dim) with its
+/// diagnostic, implemented for the values of a range (`for 32..=1024 step 32`) or a list
+/// (`for [8, 16, 32]`). Bound a constructor by it (`where Dim<HD>: WarpHeadDim`) and a value
+/// outside it is a compile error with your message, label and note (see [`kernel`]).
+///
+/// ```
+/// shapeproof::dim_rule! {
+///     /// A head dim one warp can normalize: 32 lanes × `HD / 32` channels.
+///     pub trait WarpHeadDim for 32..=1024 step 32 {
+///         message: "head dim `{Self}` is not a multiple of 32 between 32 and 1024",
+///         label: "per-head RMSNorm needs HD = 32, 64, …, 1024",
+///         note: "one warp normalizes one head; pad the head to a multiple of 32",
+///     }
+/// }
+/// fn needs<const HD: usize>() where shapeproof::dim::Dim<HD>: WarpHeadDim {}
+/// needs::<128>();
+/// // needs::<100>() is error[E0277]: head dim `Dim<100>` is not a multiple of 32 between 32 and 1024
+/// ```
+pub use shapeproof_macros::dim_rule;
+
 /// The names most programs need.
 pub mod prelude {
     pub use crate::backend::{Backend, Cpu, Cuda};

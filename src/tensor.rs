@@ -28,6 +28,13 @@ impl<const N: usize> RowShape for Cols<N> {
 /// One element per row: a vector.
 pub type Scalar = Cols<1>;
 
+/// A row of `H` heads of `HD` channels each, `[H, HD]` (a token's q, or any per-head rows).
+#[derive(Clone, Copy, Debug)]
+pub struct Heads<const H: usize, const HD: usize>;
+impl<const H: usize, const HD: usize> RowShape for Heads<H, HD> {
+    const COLS: usize = H * HD;
+}
+
 /// The E8M0 scales of an MXFP8 row of `WIDTH` elements: one per 32-element block.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockScales<const WIDTH: usize>;

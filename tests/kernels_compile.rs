@@ -134,7 +134,7 @@ fn sparse_mla_narrow_64() {
 /// The user kernel of the examples keeps its mirror too.
 #[test]
 fn user_kernel_example() {
-    check_params::<head_rmsnorm::HeadRmsNormKernel<8, 128>>(Arch::Sm90a).unwrap();
+    check_params::<head_rmsnorm::HeadRmsNorm<8, 128>>(Arch::Sm90a).unwrap();
 }
 #[path = "../examples/kernels/head_rmsnorm.rs"]
 #[allow(dead_code)]

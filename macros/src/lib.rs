@@ -1,4 +1,5 @@
-//! Compile-time-checked model definitions for `shapeproof`: the `model!` macro.
+//! Compile-time-checked model definitions for `shapeproof`: the `model!` macro, and
+//! `dim_rule!`, a user kernel's shape rule as a marker trait.
 //!
 //! Use it through the main crate, as `shapeproof::model!`; its documentation there describes
 //! the syntax. This crate reads the configuration (`syntax.rs` inline, `json.rs` from a file,
@@ -9,6 +10,7 @@
 extern crate proc_macro;
 
 mod config;
+mod dim_rule;
 mod emit;
 mod geometry;
 mod json;
@@ -34,6 +36,15 @@ pub fn model(input: TokenStream) -> TokenStream {
         }
     }
     out.into()
+}
+
+/// A shape rule of a user's kernel: a marker trait on `Dim<N>` with its diagnostic, implemented
+/// for the values of a range or a list. See `shapeproof::dim_rule!`.
+#[proc_macro]
+pub fn dim_rule(input: TokenStream) -> TokenStream {
+    parse_macro_input!(input as dim_rule::DimRule)
+        .expand()
+        .into()
 }
 
 /// One model item: read, check, emit.

@@ -41,13 +41,7 @@ impl<B: Backend, const D_QK: usize, S: Storage<B>> MlaLatentKv<B, D_QK, S> {
     where
         Dim<D_QK>: MlaHeadDim,
     {
-        if data.rows() > i32::MAX as usize {
-            return Err(Error::Value {
-                param: "s_kv",
-                value: data.rows() as i64,
-                range: format!("0 ..= {}", i32::MAX),
-            });
-        }
+        Error::to_i32("s_kv", data.rows())?;
         scale.expect_rows("kv_scale", "values", 1)?;
         Ok(Self { data, scale })
     }

@@ -10,9 +10,9 @@ use crate::rules::{MlaCachePage, MlaScaleGroup};
 use crate::tensor::{FixedExtent, Owned, RowShape, Storage, StorageMut, Tensor};
 
 /// Latent ("NoPE") channels of a row: quantized to e4m3 in scale groups.
-pub const MLA_LATENT_DIM: usize = 512;
+pub const MLA_LATENT_DIM: usize = shapeproof_rules::MLA_D_V;
 /// RoPE channels of a row: kept as bf16.
-pub const MLA_ROPE_DIM: usize = 64;
+pub const MLA_ROPE_DIM: usize = shapeproof_rules::MLA_ROPE_DIMS[1];
 /// Channels of the row the store takes and the gather gives back, `d_qk = 512 + 64`.
 pub const MLA_CACHE_DIM: usize = MLA_LATENT_DIM + MLA_ROPE_DIM;
 /// Smallest scale of a group, `2^-13`: the power of two at or above `1e-4`, the floor the format
@@ -27,12 +27,14 @@ pub const fn mla_fp8_row_bytes(group: usize) -> usize {
 }
 
 /// Bytes of a row of the format (groups of 128): 656.
-pub const MLA_FP8_ROW_BYTES: usize = mla_fp8_row_bytes(128);
+pub const MLA_FP8_ROW_BYTES: usize = mla_fp8_row_bytes(GROUP_128);
 
+/// The format's scale group (the catalogue's `MLA_SCALE_GROUP`).
+const GROUP_128: usize = shapeproof_rules::MLA_SCALE_GROUP;
 /// Byte offset of the scales in a row (after the latent bytes).
 const SCALES_AT: usize = MLA_LATENT_DIM;
 /// Byte offset of the RoPE values in a row (after the four scales).
-const ROPE_AT: usize = MLA_LATENT_DIM + 4 * (MLA_LATENT_DIM / 128);
+const ROPE_AT: usize = MLA_LATENT_DIM + 4 * (MLA_LATENT_DIM / GROUP_128);
 
 /// One page of the cache: `PAGE` rows of `mla_fp8_row_bytes(GROUP)` bytes.
 pub struct MlaFp8Page<const PAGE: usize, const GROUP: usize>;
@@ -164,8 +166,8 @@ pub fn mla_fp8_scale_for(amax: f32) -> f32 {
 /// ignored) and the e4m3 bytes of `x / scale` (round to nearest even, NaN to 0x7F); the scales
 /// follow as little-endian f32, then the RoPE values as they are.
 pub fn mla_fp8_encode_row(row: &[bf16; MLA_CACHE_DIM], out: &mut [u8; MLA_FP8_ROW_BYTES]) {
-    for (g, group) in row[..MLA_LATENT_DIM].chunks_exact(128).enumerate() {
-        let x: [f32; 128] = std::array::from_fn(|i| group[i].to_f32());
+    for (g, group) in row[..MLA_LATENT_DIM].chunks_exact(GROUP_128).enumerate() {
+        let x: [f32; GROUP_128] = std::array::from_fn(|i| group[i].to_f32());
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let scale = mla_fp8_scale_for(amax);
         let inv = 1.0 / scale; // exact: a power of two in [2^-120, 2^13], or 0 for +inf
@@ -175,7 +177,7 @@ pub fn mla_fp8_encode_row(row: &[bf16; MLA_CACHE_DIM], out: &mut [u8; MLA_FP8_RO
             } else {
                 v * inv
             };
-            out[g * 128 + i] = e4m3_from_f32(q).to_bits();
+            out[g * GROUP_128 + i] = e4m3_from_f32(q).to_bits();
         }
         out[SCALES_AT + 4 * g..SCALES_AT + 4 * g + 4].copy_from_slice(&scale.to_le_bytes());
     }
@@ -193,7 +195,7 @@ pub fn mla_fp8_decode_row(bytes: &[u8; MLA_FP8_ROW_BYTES]) -> [f32; MLA_CACHE_DI
     };
     std::array::from_fn(|c| {
         if c < MLA_LATENT_DIM {
-            e4m3_to_f32(float8::F8E4M3::from_bits(bytes[c])) * scale(c / 128)
+            e4m3_to_f32(float8::F8E4M3::from_bits(bytes[c])) * scale(c / GROUP_128)
         } else {
             let at = ROPE_AT + 2 * (c - MLA_LATENT_DIM);
             bf16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32()

@@ -2,7 +2,7 @@
 //!
 //! Every family has the same files (`docs/ARCHITECTURE.md`, "Op family template"): `mod.rs`
 //! the kernel type, its rules and the safe `run`; `args.rs` the checked argument structs
-//! (declared with [`checked_struct!`](checked)); `launch.rs` the sealed `<Family>Entry` and its
+//! (declared with `checked_struct!`, `src/ops/checked.rs`); `launch.rs` the sealed `<Family>Entry` and its
 //! `<Family>Call`; `cpu.rs` the reference; `cuda.rs` the launch and the CUDA-only `record` and
 //! `launch_plan`. Only `cuda.rs` names CUDA types.
 

@@ -80,7 +80,7 @@ impl Drop for CaptureStream {
 }
 
 /// Typed launches being captured into a CUDA graph for the backend that made the recorder;
-/// every tensor an op records is borrowed for `'g` (see the [module docs](self)).
+/// every tensor an op records is borrowed for `'g` (see the module docs of `shapeproof::backend::cuda::graph`).
 pub struct GraphRecorder<'g> {
     owner: &'g Cuda,
     capture: Cuda,

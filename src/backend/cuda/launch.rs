@@ -47,6 +47,30 @@ pub struct LaunchShape {
     pub smem_bytes: u32,
 }
 
+impl LaunchShape {
+    /// A one-dimensional grid of `block`-thread blocks covering `threads` threads (at least
+    /// one block), no dynamic shared memory; an `Err` naming `param` when the grid would not
+    /// fit the device's 2^31 - 1 blocks.
+    pub fn linear(param: &'static str, threads: usize, block: u32) -> Result<Self> {
+        let blocks = threads.div_ceil(block as usize).max(1);
+        if blocks > i32::MAX as usize {
+            return Err(Error::Value {
+                param,
+                value: i64::try_from(threads).unwrap_or(i64::MAX),
+                range: format!(
+                    "0 ..= {} threads in blocks of {block}",
+                    i32::MAX as usize * block as usize
+                ),
+            });
+        }
+        Ok(Self {
+            grid: (blocks as u32, 1, 1),
+            block: (block, 1, 1),
+            smem_bytes: 0,
+        })
+    }
+}
+
 /// Hashes a `TypeId` by its own bits: it is already a hash, so the kernel lookup of every
 /// launch need not run SipHash over it.
 #[derive(Clone, Copy, Default)]
@@ -259,7 +283,11 @@ const MAX_DEVICE_ARGS: usize = 26;
 /// the buffer's events, and after the launch each buffer's other home stream waits for it (see
 /// `Drop`), so a buffer on another stream is neither reused nor freed under the kernel (outside
 /// graph capture). Nothing here allocates.
-pub(crate) struct DeviceArgs<'a> {
+///
+/// Every launch of the library goes through it, and a kernel declared outside the library
+/// uses it the same way (`shapeproof::kernel`, part 3): `new`, one `read` / `write` (or their
+/// `_vectors` forms) a buffer into the parameter block, `launch`.
+pub struct DeviceArgs<'a> {
     cuda: &'a Cuda,
     stream: &'a CudaStream,
     guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
@@ -272,7 +300,7 @@ pub(crate) struct DeviceArgs<'a> {
 impl<'a> DeviceArgs<'a> {
     /// An empty argument list for a launch on `cuda`'s stream, once the stream can take it
     /// (`Cuda::check_queue`: the right thread, no foreign graph capture).
-    pub(crate) fn new(cuda: &'a Cuda) -> Result<Self> {
+    pub fn new(cuda: &'a Cuda) -> Result<Self> {
         cuda.check_queue(super::Work::Launch)?;
         Ok(Self {
             cuda,
@@ -303,48 +331,47 @@ impl<'a> DeviceArgs<'a> {
         Ok(self.stream)
     }
 
-    fn hold(&mut self, guard: SyncOnDrop<'a>) {
+    fn hold(&mut self, param: &'static str, guard: SyncOnDrop<'a>) -> Result<()> {
         if matches!(guard, SyncOnDrop::Record(None)) {
-            return; // a buffer without events (tracking off): nothing to record later
+            return Ok(()); // a buffer without events (tracking off): nothing to record later
         }
-        // The bound is a property of the kernels' parameter blocks, not of the caller's input.
-        assert!(
-            self.held < MAX_DEVICE_ARGS,
-            "more device arguments than any kernel has"
-        );
+        if self.held == MAX_DEVICE_ARGS {
+            return Err(Error::Value {
+                param,
+                value: self.held as i64 + 1,
+                range: format!("1 ..= {MAX_DEVICE_ARGS} device arguments a launch"),
+            });
+        }
         self.guards[self.held] = Some(guard);
         self.held += 1;
+        Ok(())
     }
 
     /// The address of a buffer the kernel reads.
-    pub(crate) fn read<T>(
-        &mut self,
-        param: &'static str,
-        view: &'a CudaView<'_, T>,
-    ) -> Result<u64> {
+    pub fn read<T>(&mut self, param: &'static str, view: &'a CudaView<'_, T>) -> Result<u64> {
         let on = self.admit(param, view.stream())?;
         let (ptr, guard) = view.device_ptr(on);
-        self.hold(guard);
+        self.hold(param, guard)?;
         Ok(ptr)
     }
 
     /// The address of a buffer the kernel writes (and may read).
-    pub(crate) fn write<T>(
+    pub fn write<T>(
         &mut self,
         param: &'static str,
         view: &'a mut CudaViewMut<'_, T>,
     ) -> Result<u64> {
         let on = self.admit(param, view.stream())?;
         let (ptr, guard) = view.device_ptr_mut(on);
-        self.hold(guard);
+        self.hold(param, guard)?;
         Ok(ptr)
     }
 
     /// The address of a buffer the kernel reads in 16-byte vectors (`cp.async`, 16-byte loads):
-    /// it must start at a multiple of [`VECTOR_BYTES`]. A view at another offset is an `Err`
+    /// it must start at a multiple of 16 bytes (`VECTOR_BYTES`). A view at another offset is an `Err`
     /// before anything is queued; the kernel would otherwise fault on a misaligned access,
     /// which poisons the whole CUDA context.
-    pub(crate) fn read_vectors<T>(
+    pub fn read_vectors<T>(
         &mut self,
         param: &'static str,
         view: &'a CudaView<'_, T>,
@@ -356,7 +383,7 @@ impl<'a> DeviceArgs<'a> {
 
     /// The address of a buffer the kernel writes in 16-byte vectors or bulk copies: as
     /// [`DeviceArgs::read_vectors`].
-    pub(crate) fn write_vectors<T>(
+    pub fn write_vectors<T>(
         &mut self,
         param: &'static str,
         view: &'a mut CudaViewMut<'_, T>,
@@ -367,7 +394,7 @@ impl<'a> DeviceArgs<'a> {
     }
 
     /// The address of an optional input, 0 when absent.
-    pub(crate) fn read_opt<T>(
+    pub fn read_opt<T>(
         &mut self,
         param: &'static str,
         view: Option<&'a CudaView<'_, T>>,
@@ -384,7 +411,7 @@ impl<'a> DeviceArgs<'a> {
     /// Every device address in `params` was returned by this argument list (or is 0 where the
     /// kernel reads an absent input as none), and under `shape` the kernel touches only the
     /// extents its call checked.
-    pub(crate) unsafe fn launch<K: CudaKernel>(
+    pub unsafe fn launch<K: CudaKernel>(
         &self,
         shape: LaunchShape,
         params: &K::Params,
@@ -396,7 +423,7 @@ impl<'a> DeviceArgs<'a> {
     }
 
     /// The address of an optional output, 0 when absent.
-    pub(crate) fn write_opt<T>(
+    pub fn write_opt<T>(
         &mut self,
         param: &'static str,
         view: Option<&'a mut CudaViewMut<'_, T>>,

@@ -24,8 +24,7 @@ mod params;
 pub use foreign::ForeignDeviceBuffer;
 pub use graph::{Graph, GraphRecorder, IsCuda};
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
-pub(crate) use launch::DeviceArgs;
-pub use launch::{CudaKernel, LaunchShape};
+pub use launch::{CudaKernel, DeviceArgs, LaunchShape};
 pub use params::{ParamBlock, ParamField, check_params, layout_asserts};
 
 use std::any::TypeId;

@@ -70,6 +70,52 @@ macro_rules! param_block {
     };
 }
 
+/// Declares a kernel of your own in one place: its parameter block ([`param_block!`]) and the
+/// [`CudaKernel`](super::CudaKernel) impl of the Rust type that selects its instantiation
+/// (the type's const parameters fill the template arguments of `instantiation`).
+///
+/// ```
+/// pub struct Scale<const N: usize>;
+/// shapeproof::cuda_kernel! {
+///     impl CudaKernel for Scale<const N: usize> {
+///         source: "struct ScaleParams { unsigned long long x; long long rows; float factor; };",
+///         instantiation: "scale_kernel<{N}>",
+///         params: pub struct ScaleParams { x: u64, rows: i64, factor: f32 },
+///     }
+/// }
+/// use shapeproof::backend::cuda::CudaKernel;
+/// assert_eq!(Scale::<4>::instantiation(), "scale_kernel<4>");
+/// ```
+#[macro_export]
+macro_rules! cuda_kernel {
+    (
+        impl CudaKernel for $ty:ident $(< $(const $c:ident : usize),* >)? {
+            source: $source:expr,
+            instantiation: $inst:literal,
+            $(dynamic_smem_bytes: $smem:expr,)?
+            params: $(#[$pmeta:meta])* $pvis:vis struct $params:ident {
+                $($field:ident: $fty:ty),* $(,)?
+            } $(,)?
+        }
+    ) => {
+        $crate::param_block! {
+            $(#[$pmeta])*
+            /// The kernel's parameter block, field for field its CUDA struct.
+            $pvis struct $params { $($field: $fty),* }
+        }
+        impl $(< $(const $c: usize),* >)? $crate::backend::cuda::CudaKernel
+            for $ty $(< $($c),* >)?
+        {
+            const SOURCE: &'static str = $source;
+            $(const DYNAMIC_SMEM_BYTES: u32 = $smem;)?
+            type Params = $params;
+            fn instantiation() -> ::std::string::String {
+                format!($inst)
+            }
+        }
+    };
+}
+
 /// The `static_assert`s that hold when the CUDA struct of `P` has the Rust mirror's layout:
 /// its size, and every field's offset and size.
 ///

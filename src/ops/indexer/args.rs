@@ -45,13 +45,7 @@ impl<B: Backend, const H_IDX: usize, S: Storage<B>> IndexerQueries<B, H_IDX, S> 
         weights.expect_rows("weights", "query tokens (as q)", tokens)?;
         key_start.expect_rows("key_start", "query tokens (as q)", tokens)?;
         key_end.expect_rows("key_end", "query tokens (as q)", tokens)?;
-        if tokens > i32::MAX as usize {
-            return Err(Error::Value {
-                param: "T",
-                value: tokens as i64,
-                range: format!("0 ..= {}", i32::MAX),
-            });
-        }
+        Error::to_i32("T", tokens)?;
         Ok(Self {
             q,
             weights,
@@ -91,13 +85,7 @@ impl<B: Backend, S: Storage<B>> IndexKeys<B, S> {
         k_scale: Tensor<B, f32, Scalar, S>,
     ) -> Result<Self> {
         k_scale.expect_rows("k_scale", "key rows (as k)", k.rows())?;
-        if k.rows() > i32::MAX as usize {
-            return Err(Error::Value {
-                param: "s_kv",
-                value: k.rows() as i64,
-                range: format!("0 ..= {}", i32::MAX),
-            });
-        }
+        Error::to_i32("s_kv", k.rows())?;
         Ok(Self { k, k_scale })
     }
 

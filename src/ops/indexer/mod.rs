@@ -32,7 +32,7 @@ use crate::tensor::{Cols, RowShape, Storage, StorageMut, Tensor};
 use launch::IndexerCall;
 
 /// Channels of one index head and of one index key: the e4m3 bytes of a key row.
-pub const INDEX_HEAD_DIM: usize = 128;
+pub const INDEX_HEAD_DIM: usize = shapeproof_rules::INDEX_HEAD_DIM;
 
 /// One query token of the indexer's q, `[H_IDX, 128]` e4m3.
 pub struct IndexQRow<const H_IDX: usize>;

@@ -34,13 +34,7 @@ impl<B: Backend, S: Storage<B>> MlaKvRows<B, S> {
         loc: Tensor<B, i64, Scalar, S>,
     ) -> Result<Self> {
         loc.expect_rows("loc", "tokens (as kv)", kv.rows())?;
-        if kv.rows() > i32::MAX as usize {
-            return Err(Error::Value {
-                param: "T",
-                value: kv.rows() as i64,
-                range: format!("0 ..= {}", i32::MAX),
-            });
-        }
+        Error::to_i32("T", kv.rows())?;
         Ok(Self { kv, loc })
     }
 

@@ -257,11 +257,7 @@ fn check_tau<B: Backend, S: Storage<B>>(
 
 /// `value` as the `i32` the kernel counts in, or an error naming `param`.
 fn to_i32(param: &'static str, value: usize) -> Result<i32> {
-    i32::try_from(value).map_err(|_| Error::Value {
-        param,
-        value: value as i64,
-        range: format!("0 ..= {}", i32::MAX),
-    })
+    Error::to_i32(param, value)
 }
 
 checked_struct! {

@@ -307,8 +307,9 @@ pub type UnstoredPrologue<V, const HD: usize, const DQ: usize, const DKV: usize,
 impl<V: Variant, const DQ: usize, const DKV: usize, L: 'static, C: 'static, const PAGE: usize>
     Prologue<V, Mxfp8Store<PAGE>, 128, DQ, DKV, L, C>
 {
-    /// The MXFP8-store prologue. Checked: `DQ` and `DKV` are whole 128-channel heads, `PAGE` a
-    /// multiple of 128, the packed row holds q, k and v of these widths, `2 <= W <= 8`.
+    /// The MXFP8-store prologue. Checked (the rules of `crate::rules`): `DQ` and `DKV` are
+    /// MXFP8 widths (`Mxfp8Width`), `PAGE` an `Mxfp8PageSize`, the packed row holds q, k and v
+    /// of these widths (`QkvrLayout`), the conv width a `ConvWidth` (through `ConvSpec`).
     pub fn new() -> Self
     where
         Dim<DQ>: Mxfp8Width,
@@ -333,9 +334,10 @@ impl<
     const PAGE: usize,
 > Prologue<V, Bf16Store<PAGE>, HD, DQ, DKV, L, C>
 {
-    /// The bf16-store prologue. Checked: `HD` is 64, 128 or 256, `DQ` and `DKV` whole heads,
-    /// `PAGE` a positive multiple of 32, the packed row holds q, k and v of these widths,
-    /// `2 <= W <= 8`.
+    /// The bf16-store prologue. Checked (the rules of `crate::rules`): `HD` a
+    /// `PrologueHeadDim`, `DQ` and `DKV` whole heads (`WholeHeads<HD>`), `PAGE` a `PageSize`,
+    /// the packed row holds q, k and v of these widths (`QkvrLayout`), the conv width a
+    /// `ConvWidth` (through `ConvSpec`).
     pub fn new() -> Self
     where
         Dim<HD>: PrologueHeadDim,

@@ -36,16 +36,28 @@ fn e4m3_table() -> [f32; 256] {
 
 fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu>) {
     let lut = e4m3_table();
-    let (s_kv, q_scale, kv_scale) = (call.s_kv, call.q_scale[0], call.kv_scale[0]);
-    let score_scale = call.sm_scale * q_scale * kv_scale;
-    let kv: Vec<f32> = call.kv.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_kv, d_qk]
-    let q: Vec<f32> = call.q.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_q, heads, d_qk]
-    let (indices, topk_length, sink) = (call.indices, call.topk_length, call.sink);
+    let SparseMlaCall {
+        s_kv,
+        queries,
+        kv,
+        outputs,
+        ..
+    } = call;
+    let kv_scale = kv.scale[0];
+    let score_scale = queries.sm_scale * queries.q_scale[0] * kv_scale;
+    let kv: Vec<f32> = kv.data.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_kv, d_qk]
+    let q: Vec<f32> = queries
+        .q
+        .iter()
+        .map(|v| lut[v.to_bits() as usize])
+        .collect(); // [s_q, heads, d_qk]
+    let (indices, topk_length, sink) = (queries.indices, queries.topk_length, queries.sink);
 
-    call.out
+    outputs
+        .out
         .par_chunks_mut(heads * D_V)
-        .zip(call.max_logits.par_chunks_mut(heads))
-        .zip(call.lse.par_chunks_mut(heads))
+        .zip(outputs.max_logits.par_chunks_mut(heads))
+        .zip(outputs.lse.par_chunks_mut(heads))
         .enumerate()
         .for_each(|(i, ((out, max_logits), lse))| {
             let length = topk_length.map_or(topk, |l| l[i].clamp(0, topk as i32) as usize);

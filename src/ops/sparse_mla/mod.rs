@@ -32,10 +32,10 @@ use crate::error::Result;
 use crate::layout::MlaLatentKv;
 use crate::rules::{HeadTile, MlaHeadDim, PadsTo, TopkWidth};
 use crate::tensor::{Cols, RowShape, Scalar, Storage, StorageMut, Tensor};
-use launch::SparseMlaCall;
+use launch::{LatentKvSlices, SparseMlaCall, SparseMlaOutputSlices, SparseMlaQuerySlices};
 
-/// Width of the value: the first 512 channels of a latent row.
-pub const D_V: usize = 512;
+/// Width of the value: the first `d_v` channels of a latent row (the catalogue's `MLA_D_V`).
+pub const D_V: usize = shapeproof_rules::MLA_D_V;
 
 /// Which optional inputs a call has; the type states of [`SparseMlaInputs`]. Sealed: the
 /// kernel's instantiation trusts these flags to match the buffers.
@@ -228,17 +228,23 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
                 tiling: self.tiling,
                 s_q,
                 s_kv: kv.len(),
-                q: inputs.q().as_slice(),
-                q_scale: inputs.q_scale().as_slice(),
-                indices: inputs.indices().as_slice(),
-                topk_length: inputs.topk_length().map(|t| t.as_slice()),
-                sink: inputs.sink().map(|t| t.as_slice()),
-                sm_scale: inputs.sm_scale(),
-                kv: kv.data().as_slice(),
-                kv_scale: kv.scale().as_slice(),
-                out: out.as_slice_mut(),
-                max_logits: max_logits.as_slice_mut(),
-                lse: lse.as_slice_mut(),
+                queries: SparseMlaQuerySlices {
+                    q: inputs.q().as_slice(),
+                    q_scale: inputs.q_scale().as_slice(),
+                    indices: inputs.indices().as_slice(),
+                    topk_length: inputs.topk_length().map(|t| t.as_slice()),
+                    sink: inputs.sink().map(|t| t.as_slice()),
+                    sm_scale: inputs.sm_scale(),
+                },
+                kv: LatentKvSlices {
+                    data: kv.data().as_slice(),
+                    scale: kv.scale().as_slice(),
+                },
+                outputs: SparseMlaOutputSlices {
+                    out: out.as_slice_mut(),
+                    max_logits: max_logits.as_slice_mut(),
+                    lse: lse.as_slice_mut(),
+                },
             })
         }
     }
@@ -249,7 +255,12 @@ impl<const D_QK: usize, const H_Q: usize, const TOPK: usize, O: Options, const H
 /// CTAs step `item += gridDim.x`, so the items stay at most 2³⁰ (far beyond any buffer a GPU
 /// holds: 2³⁰ rows of one 8-head tile are 5 TB of q at d_qk 576).
 pub const fn max_query_rows(heads: usize) -> usize {
-    let tiles = if heads > 64 { heads.div_ceil(64) } else { 1 };
+    let wide = shapeproof_rules::WIDE_HEAD_TILE;
+    let tiles = if heads > wide {
+        heads.div_ceil(wide)
+    } else {
+        1
+    };
     (1 << 30) / tiles
 }
 
