@@ -182,6 +182,12 @@ fn tables() -> Vec<Table> {
             body: none,
         },
         Table {
+            rule: rules::DECODE_HEADS,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
+        Table {
             rule: rules::MLA_CACHE_PAGE_SIZE,
             items: &[],
             list_values: true,
@@ -349,6 +355,9 @@ fn claims() -> String {
     }
     for h in rules::INDEX_HEADS {
         writeln!(c, "    indexer_heads::<{h}>();").unwrap();
+    }
+    for h in rules::MLA_DECODE_HEADS {
+        writeln!(c, "    decode_heads::<{h}>();").unwrap();
     }
     writeln!(c, "    mla_cache_page::<{}>();", rules::MLA_CACHE_PAGE).unwrap();
     writeln!(c, "    mla_scale_group::<{}>();", rules::MLA_SCALE_GROUP).unwrap();

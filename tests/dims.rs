@@ -49,6 +49,12 @@ where
 {
 }
 
+fn decode_heads<const H: usize>()
+where
+    Dim<H>: DecodeHeads,
+{
+}
+
 fn mla_cache_page<const P: usize>()
 where
     Dim<P>: MlaCachePage,
@@ -130,6 +136,9 @@ fn table_edges_are_honest() {
     assert_not_impl_any!(Dim<0>: IndexerTopk);
     assert_not_impl_any!(Dim<2176>: IndexerTopk);
     assert_not_impl_any!(Dim<100>: IndexerTopk);
+    // The sparse MLA decode: power-of-two head counts 8 ..= 128, no padding.
+    assert_not_impl_any!(Dim<12>: DecodeHeads);
+    assert_not_impl_any!(Dim<256>: DecodeHeads);
     // The FP8 sparse MLA cache: pages of 64 tokens, scale groups of 128 channels, nothing else.
     assert_not_impl_any!(Dim<32>: MlaCachePage);
     assert_not_impl_any!(Dim<128>: MlaCachePage);

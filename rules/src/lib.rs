@@ -74,6 +74,9 @@ pub const INDEX_HEADS: [usize; 2] = [32, 64];
 pub const INDEX_HEAD_DIM: usize = 128;
 /// Largest top-k width of the lightning indexer (its candidate buffers live in shared memory).
 pub const MAX_INDEX_TOPK: usize = 2048;
+/// Query heads the sparse MLA decode runs without padding (a rank's share of DeepSeek V3.2 or
+/// GLM-5 at TP 16 down to TP 1).
+pub const MLA_DECODE_HEADS: [usize; 5] = [8, 16, 32, 64, 128];
 /// Tokens of one page of the FP8 sparse MLA cache (DeepSeek V3.2's "FP8 with scale" format).
 pub const MLA_CACHE_PAGE: usize = 64;
 /// Latent channels that share one f32 scale in the FP8 sparse MLA cache.
@@ -107,6 +110,7 @@ pub const CONSTANTS: &[(&str, &[usize])] = &[
     ("INDEX_HEADS", &INDEX_HEADS),
     ("INDEX_HEAD_DIM", &[INDEX_HEAD_DIM]),
     ("MAX_INDEX_TOPK", &[MAX_INDEX_TOPK]),
+    ("MLA_DECODE_HEADS", &MLA_DECODE_HEADS),
     ("MLA_CACHE_PAGE", &[MLA_CACHE_PAGE]),
     ("MLA_SCALE_GROUP", &[MLA_SCALE_GROUP]),
     ("TP_DEGREES", &TP_DEGREES),
@@ -534,6 +538,19 @@ indices are rows the sparse MLA prefill takes as they are.",
     model_fix: None,
 };
 
+/// A query-head count the sparse MLA decode runs.
+pub const DECODE_HEADS: Rule = Rule {
+    name: "DecodeHeads",
+    param: None,
+    doc: "A query-head count the sparse MLA decode runs as it is, without padding: {MLA_DECODE_HEADS|or}.",
+    values: Values::Set(&MLA_DECODE_HEADS),
+    message: "sparse MLA decode with `{value}` query heads is not supported",
+    label: "the sparse MLA decode runs H_Q = {MLA_DECODE_HEADS|or} query heads",
+    reason: "a rank holds a power-of-two share of the model's 64 or 128 heads (DeepSeek V3.2 at TP8: 16; GLM-5: 8)",
+    fix: "run the next count up and give the extra heads zero queries",
+    model_fix: None,
+};
+
 /// A page size of the FP8 sparse MLA cache.
 pub const MLA_CACHE_PAGE_SIZE: Rule = Rule {
     name: "MlaCachePage",
@@ -577,6 +594,7 @@ pub const CATALOGUE: &[Rule] = &[
     SHARDS_KV_HEADS,
     INDEXER_HEADS,
     INDEXER_TOPK,
+    DECODE_HEADS,
     MLA_CACHE_PAGE_SIZE,
     MLA_SCALE_GROUP_WIDTH,
 ];

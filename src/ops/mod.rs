@@ -13,3 +13,4 @@ pub mod mla_cache;
 pub mod mxfp8_quantize;
 pub mod prologue;
 pub mod sparse_mla;
+pub mod sparse_mla_decode;

@@ -368,9 +368,9 @@ impl<'a> DeviceArgs<'a> {
     }
 
     /// The address of a buffer the kernel reads in 16-byte vectors (`cp.async`, 16-byte loads):
-    /// it must start at a multiple of 16 bytes (`VECTOR_BYTES`). A view at another offset is an `Err`
-    /// before anything is queued; the kernel would otherwise fault on a misaligned access,
-    /// which poisons the whole CUDA context.
+    /// it must start at a multiple of 16 bytes (`VECTOR_BYTES`). A view at another offset is
+    /// an `Err` before anything is queued; the kernel would otherwise fault on a misaligned
+    /// access, which poisons the whole CUDA context.
     pub fn read_vectors<T>(
         &mut self,
         param: &'static str,

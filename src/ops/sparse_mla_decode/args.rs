@@ -1,0 +1,69 @@
+//! The decode's checked argument: the query rows of one step, their top-k cache slots and the
+//! optional per-row lengths, tied to one row count.
+
+use super::DecodeQRow;
+use crate::backend::Backend;
+use crate::dtype::bf16;
+use crate::error::{Error, Result};
+use crate::ops::checked::checked_struct;
+use crate::tensor::{Cols, Scalar, Storage, Tensor};
+
+checked_struct! {
+    /// The query side of one decode step: `rows = B · s_q` query rows (each sequence's
+    /// `s_q = next_n` tokens, flattened), tied to one row count.
+    ///
+    /// The fields are private: the tie made by the constructors holds until the tensors are
+    /// given back with [`into_parts`](Self::into_parts).
+    pub struct DecodeQueries [const H_Q, const TOPK] []
+    impl where []
+    {
+        /// Queries, `[rows, H_Q, 576]` bf16 (the absorbed latent part, then RoPE).
+        q: tensor(bf16, DecodeQRow<H_Q>) / q_mut,
+        /// Top-k cache slots of each row, `[rows, TOPK]` i32; -1 (or any slot outside the
+        /// cache) is no key and never read.
+        indices: tensor(i32, Cols<TOPK>) / indices_mut,
+        /// Per-row count of leading `indices` to use, `[rows]` (clamped to `[0, TOPK]`), or none.
+        lengths: option(i32, Scalar),
+        /// Softmax scale (natural-log units).
+        sm_scale: value(f32),
+    }
+    /// The tensors of a [`DecodeQueries`], given back by [`DecodeQueries::into_parts`].
+    parts DecodeQueryParts;
+    /// The queries as the call reads them.
+    slices DecodeQuerySlices: read;
+}
+
+impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
+    DecodeQueries<B, H_Q, TOPK, S>
+{
+    /// Ties q and the indices to one row count (at most `i32::MAX`).
+    pub fn new(
+        q: Tensor<B, bf16, DecodeQRow<H_Q>, S>,
+        indices: Tensor<B, i32, Cols<TOPK>, S>,
+        sm_scale: f32,
+    ) -> Result<Self> {
+        indices.expect_rows("indices", "query rows (as q)", q.rows())?;
+        Error::to_i32("rows", q.rows())?;
+        Ok(Self {
+            q,
+            indices,
+            lengths: None,
+            sm_scale,
+        })
+    }
+
+    /// The same queries with per-row lengths, `[rows]`: row `r` uses its first
+    /// `clamp(lengths[r], 0, TOPK)` slots.
+    pub fn with_lengths(self, lengths: Tensor<B, i32, Scalar, S>) -> Result<Self> {
+        lengths.expect_rows("lengths", "query rows (as q)", self.q.rows())?;
+        Ok(Self {
+            lengths: Some(lengths),
+            ..self
+        })
+    }
+
+    /// Query rows, `B · s_q`.
+    pub fn rows(&self) -> usize {
+        self.q.rows()
+    }
+}

@@ -1,0 +1,266 @@
+//! The sparse MLA decode's CPU reference (docs/kernels/mla_cache.md §8.5): it agrees with the
+//! sparse MLA prefill's reference on the gathered workspace where the gather is exact (the two
+//! families' semantics meet), a single slot gives back its value row, padding, slots past the
+//! cache and zero lengths are no keys (an empty row is `out = 0`, `lse = +inf`), a repeated
+//! slot counts twice, and extents that disagree are an `Err` naming the parameter.
+
+mod common;
+
+use common::boundary::names;
+use rand::Rng;
+use rand::rngs::StdRng;
+use shapeproof::backend::Cpu;
+use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32, e4m3_to_f32};
+use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv, mla_fp8_decode_row};
+use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows};
+use shapeproof::ops::sparse_mla::{SparseMlaInputs, SparseMlaPrefill};
+use shapeproof::ops::sparse_mla_decode::{DecodeQueries, SparseMlaDecode};
+use shapeproof::tensor::Tensor;
+
+const H: usize = 16;
+const TOPK: usize = 128;
+const SM_SCALE: f32 = 2e-4;
+
+/// A random e4m3 value (never NaN), as an f32.
+fn e4m3_value(rng: &mut StdRng) -> f32 {
+    let b: u8 = rng.random();
+    e4m3_to_f32(F8E4M3::from_bits(if b & 0x7f == 0x7f { b ^ 1 } else { b }))
+}
+
+/// A cache of `pages` pages holding rows whose every value is an e4m3 value and whose every
+/// latent group has 448 as its largest magnitude, so the group scale is exactly 1 and both the
+/// store and the gather are exact.
+fn exact_cache(rng: &mut StdRng, pages: usize) -> (DeepSeekV32KvCache<Cpu>, Vec<bf16>) {
+    let slots = pages * 64;
+    let mut rows: Vec<bf16> = (0..slots * MLA_CACHE_DIM)
+        .map(|_| bf16::from_f32(e4m3_value(rng)))
+        .collect();
+    for s in 0..slots {
+        for g in 0..4 {
+            rows[s * MLA_CACHE_DIM + g * 128 + rng.random_range(0..128)] = bf16::from_f32(448.0);
+        }
+    }
+    (store(&rows, (0..slots as i64).collect(), pages), rows)
+}
+
+fn store(rows: &[bf16], loc: Vec<i64>, pages: usize) -> DeepSeekV32KvCache<Cpu> {
+    let mut cache = DeepSeekV32KvCache::<Cpu>::zeros(&Cpu, pages).unwrap();
+    let n = loc.len();
+    let rows = MlaKvRows::new(
+        Tensor::from_host(&Cpu, "kv", rows, n).unwrap(),
+        Tensor::from_host(&Cpu, "loc", &loc, n).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(&Cpu, &rows, &mut cache, None)
+        .unwrap();
+    cache
+}
+
+/// Runs the decode; returns `out` (as f32) and `lse`.
+fn decode(
+    cache: &DeepSeekV32KvCache<Cpu>,
+    q: &[bf16],
+    indices: &[i32],
+    lengths: Option<&[i32]>,
+) -> (Vec<f32>, Vec<f32>) {
+    let rows = indices.len() / TOPK;
+    let mut queries = DecodeQueries::new(
+        Tensor::from_host(&Cpu, "q", q, rows).unwrap(),
+        Tensor::from_host(&Cpu, "indices", indices, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    if let Some(l) = lengths {
+        queries = queries
+            .with_lengths(Tensor::from_host(&Cpu, "lengths", l, rows).unwrap())
+            .unwrap();
+    }
+    let mut out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    SparseMlaDecode::<H, TOPK>::new()
+        .run(&Cpu, &queries, cache, &mut out, &mut lse)
+        .unwrap();
+    let out = out.into_buffer().iter().map(|v| v.to_f32()).collect();
+    (out, lse.into_buffer())
+}
+
+#[test]
+fn the_decode_agrees_with_the_prefill_on_an_exact_gather() {
+    let mut rng = common::rng("the_decode_agrees_with_the_prefill_on_an_exact_gather");
+    let pages = 6;
+    let slots = pages * 64;
+    let (cache, _) = exact_cache(&mut rng, pages);
+    let rows = 9;
+    let q: Vec<bf16> = (0..rows * H * MLA_CACHE_DIM)
+        .map(|_| bf16::from_f32(e4m3_to_f32(e4m3_from_f32(e4m3_value(&mut rng) / 64.0))))
+        .collect();
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| match rng.random_range(0..10) {
+            0 => -1,
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    let (out, lse) = decode(&cache, &q, &indices, None);
+
+    // The prefill over the whole cache gathered in slot order: workspace row = slot.
+    let index =
+        Tensor::from_host(&Cpu, "index", &(0..slots as i32).collect::<Vec<_>>(), slots).unwrap();
+    let mut kv =
+        MlaLatentKv::<Cpu, 576>::new(&Cpu, vec![F8E4M3::default(); slots * 576], slots, 0.0)
+            .unwrap();
+    MlaCacheGather::<64, 128>::new()
+        .run(&Cpu, &cache, &index, &mut kv, None)
+        .unwrap();
+    let q8: Vec<F8E4M3> = q.iter().map(|v| e4m3_from_f32(v.to_f32())).collect();
+    assert!(
+        q8.iter()
+            .zip(&q)
+            .all(|(a, b)| e4m3_to_f32(*a) == b.to_f32()),
+        "q is e4m3-exact"
+    );
+    let inputs = SparseMlaInputs::new(
+        Tensor::from_host(&Cpu, "q", &q8, rows).unwrap(),
+        Tensor::from_host(&Cpu, "q_scale", &[1.0f32], 1).unwrap(),
+        Tensor::from_host(&Cpu, "indices", &indices, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    let mut p_out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
+    let mut p_max = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    let mut p_lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    SparseMlaPrefill::<576, H, TOPK>::new()
+        .run(&Cpu, &inputs, &kv, &mut p_out, &mut p_max, &mut p_lse)
+        .unwrap();
+    // The prefill sums each score in f32, the decode in f64: lse within 1e-4, out within a
+    // bf16 step (2^-8 relative) of values up to 448.
+    for (i, (a, b)) in lse.iter().zip(p_lse.buffer()).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+            "lse {i}: {a} vs {b}"
+        );
+    }
+    for (i, (a, b)) in out.iter().zip(p_out.buffer()).enumerate() {
+        let b = b.to_f32();
+        assert!(
+            (a - b).abs() <= b.abs() / 128.0 + 1e-3,
+            "out {i}: {a} vs {b}"
+        );
+    }
+}
+
+#[test]
+fn one_slot_gives_back_its_value_row() {
+    let mut rng = common::rng("one_slot_gives_back_its_value_row");
+    let rows: Vec<bf16> = common::bf16_normal(&mut rng, 64 * MLA_CACHE_DIM, 0.0, 1.0);
+    let cache = store(&rows, (0..64).collect(), 1);
+    let q = common::bf16_normal(&mut rng, H * MLA_CACHE_DIM, 0.0, 1.0);
+    let mut indices = vec![-1; TOPK];
+    indices[77] = 5;
+    let (out, lse) = decode(&cache, &q, &indices, None);
+    let bytes = cache.bytes().buffer()[5 * 656..6 * 656].try_into().unwrap();
+    let k = mla_fp8_decode_row(bytes);
+    for h in 0..H {
+        let qh = &q[h * MLA_CACHE_DIM..(h + 1) * MLA_CACHE_DIM];
+        let s: f64 = qh.iter().zip(&k).map(|(a, &b)| a.to_f64() * b as f64).sum();
+        assert_eq!(
+            lse[h],
+            (SM_SCALE as f64 * s) as f32,
+            "head {h}: lse is the one score"
+        );
+        for d in 0..512 {
+            assert_eq!(
+                out[h * 512 + d],
+                bf16::from_f32(k[d]).to_f32(),
+                "head {h} dim {d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rows_without_a_valid_slot_are_empty() {
+    let mut rng = common::rng("rows_without_a_valid_slot_are_empty");
+    let rows = common::bf16_normal(&mut rng, 64 * MLA_CACHE_DIM, 0.0, 1.0);
+    let cache = store(&rows, (0..64).collect(), 1);
+    let q = common::bf16_normal(&mut rng, 3 * H * MLA_CACHE_DIM, 0.0, 1.0);
+    // Row 0: padding and slots past the cache; row 1: valid slots behind a zero length; row 2:
+    // one valid slot inside its length.
+    let mut indices = vec![-1; 3 * TOPK];
+    indices[3] = 64;
+    indices[4] = i32::MAX;
+    indices[TOPK] = 7;
+    indices[2 * TOPK + 1] = 9;
+    let (out, lse) = decode(&cache, &q, &indices, Some(&[TOPK as i32, 0, 2]));
+    for r in 0..2 {
+        assert!(
+            lse[r * H..(r + 1) * H].iter().all(|&l| l == f32::INFINITY),
+            "row {r}"
+        );
+        assert!(
+            out[r * H * 512..(r + 1) * H * 512]
+                .iter()
+                .all(|&v| v == 0.0),
+            "row {r}"
+        );
+    }
+    assert!(lse[2 * H..].iter().all(|l| l.is_finite()));
+}
+
+#[test]
+fn a_repeated_slot_counts_twice() {
+    let mut rng = common::rng("a_repeated_slot_counts_twice");
+    let rows = common::bf16_normal(&mut rng, 64 * MLA_CACHE_DIM, 0.0, 1.0);
+    let cache = store(&rows, (0..64).collect(), 1);
+    let q = common::bf16_normal(&mut rng, H * MLA_CACHE_DIM, 0.0, 1.0);
+    let one = |slots: &[i32]| {
+        let mut indices = vec![-1; TOPK];
+        indices[..slots.len()].copy_from_slice(slots);
+        decode(&cache, &q, &indices, None)
+    };
+    let (_, once) = one(&[3]);
+    let (_, twice) = one(&[3, 3]);
+    for h in 0..H {
+        let want = once[h] as f64 + 2f64.ln();
+        assert!(
+            (twice[h] as f64 - want).abs() < 1e-5,
+            "head {h}: {} vs {want}",
+            twice[h]
+        );
+    }
+}
+
+#[test]
+fn bad_extents_name_the_parameter() {
+    let q = Tensor::<Cpu, bf16, _>::zeros(&Cpu, 2).unwrap();
+    names(
+        DecodeQueries::<Cpu, H, TOPK>::new(q, Tensor::zeros(&Cpu, 3).unwrap(), 1.0),
+        "indices",
+    );
+    let queries = DecodeQueries::<Cpu, H, TOPK>::new(
+        Tensor::zeros(&Cpu, 2).unwrap(),
+        Tensor::zeros(&Cpu, 2).unwrap(),
+        1.0,
+    )
+    .unwrap();
+    let cache = DeepSeekV32KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
+    let decode = SparseMlaDecode::<H, TOPK>::new();
+    let (mut out, mut lse) = (
+        Tensor::zeros(&Cpu, 1).unwrap(),
+        Tensor::zeros(&Cpu, 2).unwrap(),
+    );
+    names(
+        decode.run(&Cpu, &queries, &cache, &mut out, &mut lse),
+        "out",
+    );
+    let mut out = Tensor::zeros(&Cpu, 2).unwrap();
+    let mut lse = Tensor::zeros(&Cpu, 3).unwrap();
+    names(
+        decode.run(&Cpu, &queries, &cache, &mut out, &mut lse),
+        "lse",
+    );
+    names(
+        queries.with_lengths(Tensor::zeros(&Cpu, 1).unwrap()),
+        "lengths",
+    );
+}
