@@ -224,7 +224,8 @@ TORCH = ("prologue_torch.json", "`bench/prologue_torch.py --out`")
 CANDLE = ("candle_launch.json", "`benches/candle_launch.rs`")
 INDEXER = ("indexer.json", "`benches/indexer.rs`")
 MLA_CACHE = ("mla_cache.json", "`benches/mla_cache.rs`")
-KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0]]
+DECODE = ("mla_decode.json", "`benches/mla_decode.rs`")
+KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
 NARROW = r"narrow_sq(\d+)_skv(\d+)_heads(\d+)_d(\d+)_topk(\d+)"
@@ -234,6 +235,7 @@ TORCH_SMALL = r"graph_B(\d+)_(bf16|mxfp8)"
 CANDLE_REC = r"candle_launch_tracking_(true|false)"
 INDEXER_REC = r"indexer_t(\d+)_hist(\d+)_h(\d+)_topk(\d+)"
 CACHE_REC = r"(store)_t(\d+)|(gather)_n(\d+)"
+DECODE_REC = r"decode_b(\d+)_sq(\d+)_h(\d+)_topk(\d+)"
 
 
 def fp8_limit(run):
@@ -531,6 +533,23 @@ def mla_cache(run, results_dir):
     return out + table(["op", "rows", "µs", "GB/s", "of copy"], rows) + [""]
 
 
+def mla_decode(run, results_dir):
+    out = ["### Sparse MLA decode over the FP8 cache", ""]
+    if run is None:
+        return out + no_run(results_dir, *DECODE)
+    limit, limit_text = fp8_limit(run)
+    out += run_line(run, DECODE[1], [limit_text, copy_limit(run)[1]])
+    recs = run.matching(DECODE_REC)
+    if not recs:
+        return out + none_of_kind(run)
+    rows = []
+    for m, _, f in recs:
+        b, sq, h, topk = m.groups()
+        rows.append([f"({b}, {sq}, {h}, {topk})", num(f.get("us"), 1), num(f.get("tflops"), 0),
+                     DASH if limit is None else pct(f.get("tflops") / limit)])
+    return out + table(["(B, s_q, h_q, TOPK)", "µs", "TFLOP/s", "of FP8 matmul"], rows) + [""]
+
+
 def render(results_dir):
     runs = {name: load(results_dir, name) for name in KNOWN_FILES}
     sparse, prologue = runs[SPARSE[0]], runs[PROLOGUE[0]]
@@ -556,6 +575,9 @@ def render(results_dir):
     out += mla_cache(runs[MLA_CACHE[0]], results_dir)
     if runs[MLA_CACHE[0]] is not None:
         out += others(runs[MLA_CACHE[0]])
+    out += mla_decode(runs[DECODE[0]], results_dir)
+    if runs[DECODE[0]] is not None:
+        out += others(runs[DECODE[0]])
     if os.path.isdir(results_dir):
         for name in sorted(os.listdir(results_dir)):
             if name.endswith(".json") and name not in KNOWN_FILES:

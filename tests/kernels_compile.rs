@@ -6,6 +6,18 @@
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
 use shapeproof::ops::indexer::LightningIndexerKernel;
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
+use shapeproof::ops::sparse_mla_decode::{SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel};
+
+/// `compiles::<$kernel<H>>()` for every decode head count.
+macro_rules! for_each_head_count {
+    ($kernel:ident) => {
+        compiles::<$kernel<8>>();
+        compiles::<$kernel<16>>();
+        compiles::<$kernel<32>>();
+        compiles::<$kernel<64>>();
+        compiles::<$kernel<128>>();
+    };
+}
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
@@ -49,6 +61,19 @@ fn lightning_indexer() {
     compiles::<LightningIndexerKernel<32, 2048>>();
     compiles::<LightningIndexerKernel<32, 512>>();
     compiles::<LightningIndexerKernel<32, 128>>();
+}
+
+#[test]
+fn sparse_mla_decode() {
+    // Every head count at the top-k widths the tests and the benchmark use.
+    compiles::<SparseMlaDecodeKernel<8, 2048>>();
+    compiles::<SparseMlaDecodeKernel<16, 2048>>();
+    compiles::<SparseMlaDecodeKernel<32, 2048>>();
+    compiles::<SparseMlaDecodeKernel<64, 2048>>();
+    compiles::<SparseMlaDecodeKernel<128, 2048>>();
+    compiles::<SparseMlaDecodeKernel<16, 128>>();
+    compiles::<SparseMlaDecodeKernel<8, 256>>();
+    for_each_head_count!(SparseMlaDecodeCombineKernel);
 }
 
 #[test]

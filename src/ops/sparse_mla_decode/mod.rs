@@ -9,17 +9,23 @@
 //! `lse[r, h] = ln Σ exp(s_j)`; a row without a valid slot gives `out = 0`, `lse = +inf` (the
 //! prefill's conventions). A slot listed twice counts twice.
 //!
-//! Backends: the CPU reference (f64). The CUDA kernel is not written yet; `RunDecode` is not
-//! implemented for `Cuda`, so a GPU decode does not compile rather than fall back silently.
+//! Backends: the CPU reference (f64), and CUDA (`kernels/sparse_mla_decode.cu`, first version:
+//! bf16 tensor cores over the dequantized rows, the top-k split over CTAs and combined when the
+//! batch is too small to fill the GPU; its split buffers are allocated per call, so it has no
+//! graph `record` yet).
 //!
 //! Files: this module the kernel type, its rules and `run`; `args.rs` the checked queries;
-//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference.
+//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch.
 
 mod args;
 mod cpu;
+mod cuda;
 mod launch;
 
 pub use args::{DecodeQueries, DecodeQueryParts};
+pub use cuda::{
+    DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel, decode_splits,
+};
 
 use std::marker::PhantomData;
 
@@ -40,7 +46,7 @@ pub struct SparseMlaDecode<const H_Q: usize, const TOPK: usize> {
     _dims: PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
 }
 
-/// A backend that can run the decode: the CPU reference. Sealed: its entry takes a call only
+/// A backend that can run the decode: the CPU reference and CUDA. Sealed: its entry takes a call only
 /// [`SparseMlaDecode::run`] can assemble.
 pub trait RunDecode: Backend + Sized + launch::DecodeEntry {}
 

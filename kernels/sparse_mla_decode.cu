@@ -1,0 +1,366 @@
+// shapeproof — sparse MLA decode over DeepSeek V3.2's FP8 cache (docs/kernels/mla_cache.md §8.5),
+// sm_90a, first version: bf16 tensor cores (mma.sync m16n8k16), the cache rows dequantized on
+// the fly (exact: e4m3 times a power of two is a bf16), the top-k split over CTAs when the
+// batch is too small to fill the GPU, and a combine kernel that merges the splits.
+// Compiled after common.cuh and sparse_mla_common.cuh (smem_addr, cp_async_16).
+//
+// One CTA = (query row, group of 16 heads, split of the top-k), 4 warps, two CTAs an SM. Per
+// block of 64 top-k positions: the 64 cache rows (656 bytes each; an invalid slot is a zero row,
+// never read) are copied into shared memory with cp.async, double-buffered — block b + 1's
+// copies are issued before block b is computed, and block b + 2's slots are read from global
+// memory into registers meanwhile; S = Q . K^T (M = 16 heads, N = 64 tokens, K = 576) with each warp
+// taking 16 tokens, written to shared memory; every warp then runs the same online softmax over
+// the 64 scores of each head (identical arithmetic, so identical running max and sum) and
+// multiplies P (bf16) by its own 128 dims of V — one scale group — into its accumulators.
+// H_Q = 8 runs one 16-head group whose last 8 heads have zero queries and are not written.
+
+// Mirrored by `DecodeParams` in src/ops/sparse_mla_decode/cuda.rs (checked by the NVRTC tests).
+struct DecodeParams {
+    const bf16_t* q;       // [rows, H_Q, 576]
+    const i32* indices;    // [rows, TOPK] cache slots
+    const i32* lengths;    // [rows] or null
+    const u8* cache;       // [slots, 656]
+    bf16_t* out;           // [rows, H_Q, 512]
+    float* lse;            // [rows, H_Q]
+    float* part_o;         // [rows, H_Q, splits, 512] when splits > 1
+    float* part_lse;       // [rows, H_Q, splits] when splits > 1
+    float sm_scale;
+    i32 rows;
+    i32 slots;
+    i32 splits;            // CTAs a row's top-k is split over (gridDim.x)
+    i32 blocks_per_split;  // 64-position blocks a split takes
+};
+
+namespace decode {
+constexpr int kThreads = 128;
+constexpr int kHeads = 16;                 // heads a CTA takes (the mma's M)
+constexpr int kDim = 576;
+constexpr int kDv = 512;
+constexpr int kRowBytes = 656;
+constexpr int kBlock = 64;                 // top-k positions a step
+constexpr int kQStride = kDim * 2 + 16;    // bytes of a Q row in shared memory (padded)
+constexpr int kSStride = kBlock + 4;       // floats of an S row in shared memory (padded)
+constexpr int kSmemQ = kHeads * kQStride;
+constexpr int kSmemKv = kBlock * kRowBytes;
+constexpr int kSmemS = kHeads * kSStride * 4;
+constexpr int kSmemBytes = kSmemQ + 2 * kSmemKv + kSmemS + 2 * kBlock * 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32 (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// Two e4m3 bytes (lo first) times their scales, as packed bf16 (exact: powers of two).
+__device__ __forceinline__ u32 dequant2(u32 bytes, float s_lo, float s_hi) {
+    float lo, hi;
+    unpack_e4m3x2((u16)bytes, lo, hi);
+    return pack_bf16x2(lo * s_lo, hi * s_hi);
+}
+}  // namespace decode
+
+template <int H_Q, int TOPK>
+__global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodeParams p) {
+    using namespace decode;
+    static_assert(TOPK % 128 == 0, "top-k is whole pairs of 64-position blocks");
+    extern __shared__ __align__(128) u8 smem[];
+    u8* sQ = smem;                                                  // [16][kQStride] bf16 rows
+    u8* sKvBuf = smem + kSmemQ;                                     // [2][64][656] cache rows
+    float* sS = reinterpret_cast<float*>(sKvBuf + 2 * kSmemKv);     // [16][kSStride] scores
+    i32* sSlotBuf = reinterpret_cast<i32*>(sS + kHeads * kSStride);  // [2][64] slot or -1
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int split = blockIdx.x, group = blockIdx.y, row = blockIdx.z;
+    const int head0 = group * kHeads;
+    constexpr int kRealHeads = H_Q < kHeads ? H_Q : kHeads;
+
+    // Q of the group's heads, zero rows past H_Q.
+    for (int c = tid; c < kHeads * (kDim / 8); c += kThreads) {
+        const int h = c / (kDim / 8), v = c % (kDim / 8);
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (h < kRealHeads) {
+            x = reinterpret_cast<const uint4*>(p.q + ((i64)row * H_Q + head0 + h) * kDim)[v];
+        }
+        *reinterpret_cast<uint4*>(sQ + h * kQStride + v * 16) = x;
+    }
+    int length = TOPK;
+    if (p.lengths != nullptr) {
+        const int l = p.lengths[row];
+        length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
+    }
+    const int first_block = split * p.blocks_per_split;
+    int last_block = first_block + p.blocks_per_split;
+    const int length_blocks = (length + kBlock - 1) / kBlock;
+    last_block = last_block < length_blocks ? last_block : length_blocks;
+
+    // Running softmax state of this thread's two heads (rows lane/4 and lane/4 + 8), the same
+    // in every warp, and the accumulators of its warp's 128 dims (16 n-tiles of 8).
+    float m_run[2] = {-pos_inf(), -pos_inf()};
+    float l_run[2] = {0.0f, 0.0f};
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    const int quad = lane % 4, r0 = lane / 4;
+
+    // The slot of position `pos` of this row (thread `tid` < 64 reads position 64 b + tid), or -1.
+    auto slot_at = [&](int b) -> i32 {
+        const int pos = b * kBlock + tid;
+        if (tid >= kBlock || b >= last_block || pos >= length) {
+            return -1;
+        }
+        const i32 slot = p.indices[(i64)row * TOPK + pos];
+        return (slot >= 0 && slot < p.slots) ? slot : -1;
+    };
+    // Block b's cache rows into buffer b & 1 (one commit group; empty past the last block).
+    auto copy_rows = [&](int b) {
+        if (b < last_block) {
+            const i32* slots = sSlotBuf + (b & 1) * kBlock;
+            u8* dst = sKvBuf + (b & 1) * kSmemKv;
+            for (int c = tid; c < kBlock * (kRowBytes / 16); c += kThreads) {
+                const int t = c / (kRowBytes / 16), v = c % (kRowBytes / 16);
+                const i32 slot = slots[t];
+                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes) + v * 16;
+                cp_async_16(smem_addr(dst + t * kRowBytes + v * 16), src, slot < 0 ? 0u : 16u);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (tid < kBlock) {
+        sSlotBuf[(first_block & 1) * kBlock + tid] = slot_at(first_block);
+    }
+    __syncthreads();
+    copy_rows(first_block);
+    i32 next_slot = slot_at(first_block + 1);
+
+    for (int b = first_block; b < last_block; ++b) {
+        // Block b + 1: its slots (read during block b - 1) to shared memory, its copies issued;
+        // block b + 2's slots read meanwhile.
+        if (tid < kBlock) {
+            sSlotBuf[((b + 1) & 1) * kBlock + tid] = next_slot;
+        }
+        __syncthreads();
+        copy_rows(b + 1);
+        next_slot = slot_at(b + 2);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads();
+        const u8* sKv = sKvBuf + (b & 1) * kSmemKv;
+        const i32* sSlot = sSlotBuf + (b & 1) * kBlock;
+
+        // S for tokens 16 warp .. 16 warp + 15: two n-tiles of 8 tokens.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const u8* krow[2];
+        float kscale[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            krow[j] = sKv + (warp * 16 + j * 8 + r0) * kRowBytes;
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                kscale[j][g] = reinterpret_cast<const float*>(krow[j] + 512)[g];
+            }
+        }
+        const u32 q_base = smem_addr(sQ) + (lane % 16) * kQStride + (lane / 16) * 16;
+#pragma unroll 4
+        for (int ks = 0; ks < kDim / 16; ++ks) {
+            u32 a[4];
+            ldmatrix_x4(q_base + ks * 32, a);
+            const int k = ks * 16 + 2 * quad;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                u32 b0, b1;
+                if (ks < kDv / 16) {
+                    const float sc = kscale[j][ks / 8];
+                    b0 = decode::dequant2(*reinterpret_cast<const u16*>(krow[j] + k), sc, sc);
+                    b1 = decode::dequant2(*reinterpret_cast<const u16*>(krow[j] + k + 8), sc, sc);
+                } else {
+                    const u8* rope = krow[j] + 528 + 2 * (k - kDv);
+                    b0 = *reinterpret_cast<const u32*>(rope);
+                    b1 = *reinterpret_cast<const u32*>(rope + 16);
+                }
+                decode::mma_bf16(s[j], a, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int t = warp * 16 + j * 8 + 2 * quad;
+            const bool v0 = sSlot[t] >= 0, v1 = sSlot[t + 1] >= 0;
+            sS[r0 * kSStride + t] = v0 ? s[j][0] * p.sm_scale : -pos_inf();
+            sS[r0 * kSStride + t + 1] = v1 ? s[j][1] * p.sm_scale : -pos_inf();
+            sS[(r0 + 8) * kSStride + t] = v0 ? s[j][2] * p.sm_scale : -pos_inf();
+            sS[(r0 + 8) * kSStride + t + 1] = v1 ? s[j][3] * p.sm_scale : -pos_inf();
+        }
+        __syncthreads();
+
+        // Online softmax (every warp the same): this thread's 16 scores of each of its heads.
+        float sv[2][4][4];  // [row][k-tile][element]: columns 16 kt + 2 quad + {0, 1, 8, 9}
+        float bmax[2] = {-pos_inf(), -pos_inf()};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                const float* srow = sS + (r0 + 8 * r) * kSStride + kt * 16 + 2 * quad;
+                sv[r][kt][0] = srow[0];
+                sv[r][kt][1] = srow[1];
+                sv[r][kt][2] = srow[8];
+                sv[r][kt][3] = srow[9];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    bmax[r] = fmaxf(bmax[r], sv[r][kt][e]);
+                }
+            }
+            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 1));
+            bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
+        }
+        float alpha[2];
+        u32 pa[4][4];  // P as the A fragments of the four k-tiles
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m_new = fmaxf(m_run[r], bmax[r]);
+            // No valid score yet: nothing to rescale, every weight zero.
+            const float m_use = m_new == -pos_inf() ? 0.0f : m_new;
+            alpha[r] = exp2f((m_run[r] - m_use) * kLog2e);
+            float sum = 0.0f;
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    sv[r][kt][e] = exp2f((sv[r][kt][e] - m_use) * kLog2e);
+                    sum += sv[r][kt][e];
+                }
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l_run[r] = l_run[r] * alpha[r] + sum;
+            m_run[r] = m_new;
+        }
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            pa[kt][0] = pack_bf16x2(sv[0][kt][0], sv[0][kt][1]);
+            pa[kt][1] = pack_bf16x2(sv[1][kt][0], sv[1][kt][1]);
+            pa[kt][2] = pack_bf16x2(sv[0][kt][2], sv[0][kt][3]);
+            pa[kt][3] = pack_bf16x2(sv[1][kt][2], sv[1][kt][3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+
+        // O += P . V over this warp's 128 dims (scale group `warp`). The n index of the mma is
+        // a label: column j of n-tile n is dim 128 warp + 16 j + n, so a thread's 16 n-tiles
+        // read one 16-byte vector of each of its tokens' rows.
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            const int t = kt * 16 + 2 * quad;  // tokens t, t+1 (b0) and t+8, t+9 (b1)
+            const u8* v0 = sKv + t * kRowBytes + warp * 128 + r0 * 16;
+            const uint4 w0 = *reinterpret_cast<const uint4*>(v0);
+            const uint4 w1 = *reinterpret_cast<const uint4*>(v0 + kRowBytes);
+            const uint4 w8 = *reinterpret_cast<const uint4*>(v0 + 8 * kRowBytes);
+            const uint4 w9 = *reinterpret_cast<const uint4*>(v0 + 9 * kRowBytes);
+            const float sc0 = reinterpret_cast<const float*>(sKv + t * kRowBytes + 512)[warp];
+            const float sc1 = reinterpret_cast<const float*>(sKv + (t + 1) * kRowBytes + 512)[warp];
+            const float sc8 = reinterpret_cast<const float*>(sKv + (t + 8) * kRowBytes + 512)[warp];
+            const float sc9 = reinterpret_cast<const float*>(sKv + (t + 9) * kRowBytes + 512)[warp];
+            const u32 a0[4] = {w0.x, w0.y, w0.z, w0.w}, a1[4] = {w1.x, w1.y, w1.z, w1.w};
+            const u32 a8[4] = {w8.x, w8.y, w8.z, w8.w}, a9[4] = {w9.x, w9.y, w9.z, w9.w};
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+                const u32 sel = (u32)(n % 4) | ((u32)(4 + n % 4) << 4);
+                const u32 lo = byte_perm(a0[n / 4], a1[n / 4], sel);
+                const u32 hi = byte_perm(a8[n / 4], a9[n / 4], sel);
+                decode::mma_bf16(o[n], pa[kt], decode::dequant2(lo, sc0, sc1),
+                                 decode::dequant2(hi, sc8, sc9));
+            }
+        }
+        __syncthreads();  // buffer b & 1 and sS are rewritten by the next blocks
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+
+    // Epilogue: heads r0 and r0 + 8 of the group; accumulator n, columns 2 quad + {0, 1}, is
+    // dims 128 warp + 16 (2 quad + {0, 1}) + n.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int h = r0 + 8 * r;
+        if (h >= kRealHeads) {
+            continue;
+        }
+        const i64 head = (i64)row * H_Q + head0 + h;
+        const float inv = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
+        const float lse = l_run[r] > 0.0f ? m_run[r] + logf(l_run[r]) : -pos_inf();
+        if (p.splits == 1) {
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+                const int d = warp * 128 + 32 * quad + n;
+                p.out[head * kDv + d] = f32_to_bf16(o[n][2 * r] * inv);
+                p.out[head * kDv + d + 16] = f32_to_bf16(o[n][2 * r + 1] * inv);
+            }
+            if (warp == 0 && quad == 0) {
+                p.lse[head] = l_run[r] > 0.0f ? lse : pos_inf();
+            }
+        } else {
+            float* po = p.part_o + (head * p.splits + split) * kDv;
+#pragma unroll
+            for (int n = 0; n < 16; ++n) {
+                const int d = warp * 128 + 32 * quad + n;
+                po[d] = o[n][2 * r] * inv;
+                po[d + 16] = o[n][2 * r + 1] * inv;
+            }
+            if (warp == 0 && quad == 0) {
+                p.part_lse[head * p.splits + split] = lse;
+            }
+        }
+    }
+}
+
+// Merges the splits of each (row, head): lse = log-sum-exp of the splits' lse, out = their
+// outputs weighted by exp(lse_i - lse); no valid slot in any split gives out 0, lse +inf.
+// One CTA of 128 threads a (row, head), 4 dims a thread.
+template <int H_Q>
+__global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const DecodeParams p) {
+    const i64 head = blockIdx.x;  // row * H_Q + h
+    const float* lses = p.part_lse + head * p.splits;
+    float m = -pos_inf();
+    for (int i = 0; i < p.splits; ++i) {
+        m = fmaxf(m, lses[i]);
+    }
+    const int d = threadIdx.x * 4;
+    if (m == -pos_inf()) {
+        *reinterpret_cast<uint2*>(p.out + head * 512 + d) = make_uint2(0, 0);
+        if (threadIdx.x == 0) {
+            p.lse[head] = pos_inf();
+        }
+        return;
+    }
+    float z = 0.0f;
+    for (int i = 0; i < p.splits; ++i) {
+        z += expf(lses[i] - m);
+    }
+    const float lse = m + logf(z);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; i < p.splits; ++i) {
+        const float w = expf(lses[i] - lse);
+        const float4 v = *reinterpret_cast<const float4*>(p.part_o + (head * p.splits + i) * 512 + d);
+        acc[0] += w * v.x;
+        acc[1] += w * v.y;
+        acc[2] += w * v.z;
+        acc[3] += w * v.w;
+    }
+    *reinterpret_cast<uint2*>(p.out + head * 512 + d) =
+        make_uint2(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]));
+    if (threadIdx.x == 0) {
+        p.lse[head] = lse;
+    }
+}

@@ -1,0 +1,161 @@
+//! CUDA launch of [`SparseMlaDecode`](super::SparseMlaDecode) (`kernels/sparse_mla_decode.cu`):
+//! the decode kernel over (row, 16-head group, split) CTAs and, when a row's top-k is split,
+//! the combine kernel.
+
+use std::marker::PhantomData;
+
+use super::RunDecode;
+use super::launch::{DecodeCall, DecodeEntry};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
+use crate::backend::{Backend, Cuda};
+use crate::dim::Dim;
+use crate::error::Result;
+
+/// Threads of a CTA of either kernel (`decode::kThreads`).
+const THREADS: u32 = 128;
+/// Heads a CTA takes (`decode::kHeads`).
+const HEAD_GROUP: usize = 16;
+/// Top-k positions a step of the kernel takes (`decode::kBlock`).
+const BLOCK: usize = 64;
+/// CTAs that keep every SM of an H200 busy (two waves of 132): fewer, and the top-k is split.
+const TARGET_CTAS: usize = 264;
+/// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (padded rows),
+/// two buffers of 64 cache rows, the 16 × 64 scores (padded) and two blocks' slots — 107520
+/// bytes, so two CTAs share an SM.
+pub const DECODE_SMEM_BYTES: u32 =
+    (16 * (576 * 2 + 16) + 2 * 64 * 656 + 16 * 68 * 4 + 2 * 64 * 4) as u32;
+
+crate::param_block! {
+    /// The kernels' parameter block (`struct DecodeParams`), field for field.
+    pub struct DecodeParams {
+        q: u64,
+        indices: u64,
+        lengths: u64,
+        cache: u64,
+        out: u64,
+        lse: u64,
+        part_o: u64,
+        part_lse: u64,
+        sm_scale: f32,
+        rows: i32,
+        slots: i32,
+        splits: i32,
+        blocks_per_split: i32,
+    }
+}
+
+/// `sparse_mla_decode_kernel<H_Q, TOPK>`.
+pub struct SparseMlaDecodeKernel<const H_Q: usize, const TOPK: usize>(
+    PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
+);
+
+impl<const H_Q: usize, const TOPK: usize> CudaKernel for SparseMlaDecodeKernel<H_Q, TOPK> {
+    const SOURCE: &'static str = concat!(
+        include_str!("../../../kernels/sparse_mla_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/sparse_mla_decode.cu")
+    );
+    const DYNAMIC_SMEM_BYTES: u32 = DECODE_SMEM_BYTES;
+    type Params = DecodeParams;
+    fn instantiation() -> String {
+        format!("sparse_mla_decode_kernel<{H_Q}, {TOPK}>")
+    }
+}
+
+/// `sparse_mla_decode_combine_kernel<H_Q>`.
+pub struct SparseMlaDecodeCombineKernel<const H_Q: usize>(PhantomData<Dim<H_Q>>);
+
+impl<const H_Q: usize> CudaKernel for SparseMlaDecodeCombineKernel<H_Q> {
+    const SOURCE: &'static str = concat!(
+        include_str!("../../../kernels/sparse_mla_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/sparse_mla_decode.cu")
+    );
+    type Params = DecodeParams;
+    fn instantiation() -> String {
+        format!("sparse_mla_decode_combine_kernel<{H_Q}>")
+    }
+}
+
+/// How a call's top-k is split: `(splits, blocks_per_split)` for `rows` query rows of `heads`
+/// heads, so that about [`TARGET_CTAS`] CTAs run (a batch that fills the GPU is not split).
+pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
+    let ctas = rows * heads.div_ceil(HEAD_GROUP);
+    let blocks = topk / BLOCK;
+    let wanted = TARGET_CTAS.div_ceil(ctas.max(1)).clamp(1, blocks);
+    let per_split = blocks.div_ceil(wanted);
+    (blocks.div_ceil(per_split), per_split)
+}
+
+/// The CUDA launch runs the op.
+impl RunDecode for Cuda {}
+
+impl DecodeEntry for Cuda {
+    unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodeCall<'_, Cuda>,
+    ) -> Result<()> {
+        let DecodeCall {
+            rows,
+            slots,
+            queries,
+            cache,
+            mut out,
+            mut lse,
+        } = call;
+        if rows == 0 {
+            return Ok(());
+        }
+        let (splits, per_split) = decode_splits(rows, H_Q, TOPK);
+        // The splits' partial outputs and log-sum-exps, `[rows, H_Q, splits, 512]` and
+        // `[rows, H_Q, splits]` (one element each when the top-k is not split).
+        // Not initialized: every element the combine reads is written by a split first.
+        let parts = if splits > 1 { rows * H_Q * splits } else { 1 };
+        // SAFETY: plain f32 storage on the backend's stream; the decode kernel writes every
+        // (row, real head, split) entry before the combine kernel, queued after it, reads it.
+        let (mut part_o, mut part_lse) = unsafe {
+            (
+                self.stream().alloc::<f32>(parts * 512)?,
+                self.stream().alloc::<f32>(parts)?,
+            )
+        };
+        let (mut part_o, mut part_lse) =
+            (Cuda::slice_mut(&mut part_o), Cuda::slice_mut(&mut part_lse));
+        let mut args = DeviceArgs::new(self)?;
+        let params = DecodeParams {
+            q: args.read_vectors("q", &queries.q)?,
+            indices: args.read("indices", &queries.indices)?,
+            lengths: args.read_opt("lengths", queries.lengths.as_ref())?,
+            cache: args.read_vectors("kv_cache", &cache)?,
+            out: args.write("out", &mut out)?,
+            lse: args.write("lse", &mut lse)?,
+            part_o: args.write_vectors("decode partial out", &mut part_o)?,
+            part_lse: args.write("decode partial lse", &mut part_lse)?,
+            sm_scale: queries.sm_scale,
+            rows: rows as i32,
+            slots: slots as i32,
+            splits: splits as i32,
+            blocks_per_split: per_split as i32,
+        };
+        let shape = LaunchShape {
+            grid: (splits as u32, H_Q.div_ceil(HEAD_GROUP) as u32, rows as u32),
+            block: (THREADS, 1, 1),
+            smem_bytes: DECODE_SMEM_BYTES,
+        };
+        // SAFETY: q holds rows × H_Q × 576 values, indices rows × TOPK, lengths rows, the cache
+        // slots × 656 bytes, out rows × H_Q × 512, lse rows × H_Q (tied by `run`), the partial
+        // buffers rows × H_Q × splits (× 512) when split; the kernel reads a cache row only for
+        // a slot in [0, slots), and its grid covers exactly rows × head groups × splits.
+        unsafe { args.launch::<SparseMlaDecodeKernel<H_Q, TOPK>>(shape, &params)? };
+        if splits > 1 {
+            let combine = LaunchShape {
+                grid: ((rows * H_Q) as u32, 1, 1),
+                block: (THREADS, 1, 1),
+                smem_bytes: 0,
+            };
+            // SAFETY: as above; one CTA a (row, head), 4 dims a thread.
+            unsafe { args.launch::<SparseMlaDecodeCombineKernel<H_Q>>(combine, &params)? };
+        }
+        Ok(())
+    }
+}

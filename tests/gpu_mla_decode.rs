@@ -1,0 +1,161 @@
+//! The sparse MLA decode on the GPU against the CPU reference (f64 on the dequantized cache):
+//! every head count (8, 16, 32, 64, 128), top-k 128 and 2048, one row (the top-k split over
+//! CTAs and combined) up to hundreds of rows (not split), flat and peaked scores, padding,
+//! slots past the cache, repeated slots, per-row lengths with empty rows; outputs poisoned
+//! (NaN) before the run and every element checked. Tolerances: `lse` within 1e-3 + 1e-4·|lse|
+//! (f32 sums of exact products against f64), `out` within 1e-2 + 1e-2·|out| (P rounded to bf16,
+//! 2^-9 a weight, and the output to bf16); an empty row is exactly `out = 0`, `lse = +inf`.
+//! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
+#![cfg(feature = "gpu-tests")]
+
+mod common;
+
+use rand::Rng;
+use shapeproof::backend::{Cpu, Cuda};
+use shapeproof::dim::Dim;
+use shapeproof::dtype::bf16;
+use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
+use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
+use shapeproof::ops::sparse_mla_decode::{DecodeQueries, RunDecode, SparseMlaDecode};
+use shapeproof::rules::{DecodeHeads, TopkWidth};
+use shapeproof::tensor::Tensor;
+
+fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
+}
+
+/// One decode step's inputs on the host.
+struct Step {
+    pages: usize,
+    cache_rows: Vec<bf16>, // [pages · 64, 576]
+    q: Vec<bf16>,          // [rows, H, 576]
+    indices: Vec<i32>,     // [rows, TOPK]
+    lengths: Vec<i32>,     // [rows]
+}
+
+fn run<B: RunDecode + shapeproof::ops::mla_cache::RunMlaCache, const H: usize, const TOPK: usize>(
+    b: &B,
+    s: &Step,
+) -> (Vec<f32>, Vec<f32>)
+where
+    Dim<H>: DecodeHeads,
+    Dim<TOPK>: TopkWidth,
+{
+    let slots = s.pages * 64;
+    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, s.pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(b, "kv", &s.cache_rows, slots).unwrap(),
+        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(b, &rows_in, &mut cache, None)
+        .unwrap();
+    let rows = s.lengths.len();
+    let queries = DecodeQueries::new(
+        Tensor::from_host(b, "q", &s.q, rows).unwrap(),
+        Tensor::from_host(b, "indices", &s.indices, rows).unwrap(),
+        1.0 / (MLA_CACHE_DIM as f32).sqrt(),
+    )
+    .unwrap()
+    .with_lengths(Tensor::from_host(b, "lengths", &s.lengths, rows).unwrap())
+    .unwrap();
+    let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
+    SparseMlaDecode::<H, TOPK>::new()
+        .run(b, &queries, &cache, &mut out, &mut lse)
+        .unwrap();
+    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
+    (out, lse.to_host(b).unwrap())
+}
+
+fn case<const H: usize, const TOPK: usize>(rows: usize, pages: usize, peaked: bool)
+where
+    Dim<H>: DecodeHeads,
+    Dim<TOPK>: TopkWidth,
+{
+    let what = format!("H {H} TOPK {TOPK} rows {rows} pages {pages} peaked {peaked}");
+    let mut rng = common::rng(&what);
+    let slots = pages * 64;
+    let cache_rows = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let q_std = if peaked { 4.0 } else { 1.0 };
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, q_std);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|i| match rng.random_range(0..20) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..50),
+            2 if i > 0 => (i as i32 - 1) % slots as i32, // repeats appear across rows
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    let lengths: Vec<i32> = (0..rows)
+        .map(|r| match r % 7 {
+            3 => 0,
+            5 => rng.random_range(1..TOPK as i32),
+            6 => TOPK as i32 + 9, // clamped
+            _ => TOPK as i32,
+        })
+        .collect();
+    let s = Step {
+        pages,
+        cache_rows,
+        q,
+        indices,
+        lengths,
+    };
+    let (out, lse) = run::<_, H, TOPK>(&gpu(), &s);
+    let (want_out, want_lse) = run::<_, H, TOPK>(&Cpu, &s);
+    let mut worst = (0.0f32, 0.0f32);
+    for (i, (g, w)) in lse.iter().zip(&want_lse).enumerate() {
+        if *w == f32::INFINITY {
+            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
+            continue;
+        }
+        let d = (g - w).abs();
+        worst.0 = worst.0.max(d);
+        assert!(d <= 1e-3 + 1e-4 * w.abs(), "{what}: lse {i}: {g} vs {w}");
+    }
+    for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
+        let d = (g - w).abs();
+        worst.1 = worst.1.max(d);
+        assert!(
+            d <= 1e-2 + 1e-2 * w.abs(),
+            "{what}: out {i} (row {}): {g} vs {w}",
+            i / (H * 512)
+        );
+    }
+    eprintln!(
+        "{what}: max |Δlse| {:.2e}, max |Δout| {:.2e}",
+        worst.0, worst.1
+    );
+}
+
+#[test]
+fn one_row_split_and_combined() {
+    case::<16, 2048>(1, 64, false);
+    case::<8, 2048>(1, 64, true);
+    case::<128, 2048>(1, 64, false);
+}
+
+#[test]
+fn every_head_count() {
+    case::<8, 2048>(40, 64, false);
+    case::<16, 2048>(21, 64, true);
+    case::<32, 2048>(9, 64, false);
+    case::<64, 2048>(7, 64, true);
+    case::<128, 2048>(5, 64, false);
+}
+
+#[test]
+fn batches_that_fill_the_gpu() {
+    // rows × head groups ≥ 264 CTAs: not split.
+    case::<8, 2048>(300, 128, false);
+    case::<128, 256>(40, 16, true);
+}
+
+#[test]
+fn short_top_k() {
+    case::<16, 128>(13, 4, false);
+    case::<64, 128>(3, 2, true);
+}
