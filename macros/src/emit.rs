@@ -303,6 +303,10 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         pub type SparseMlaWith<O> = #mla::SparseMlaPrefill<#d_qk, #hq_padded, #topk, O, #hq>;
         /// The latent KV cache of one layer, on backend `B`.
         pub type KvCache<B> = ::shapeproof::layout::MlaLatentKv<B, #d_qk>;
+        /// The sparse MLA decode of this model on one rank, over the FP8 cache
+        /// (`DeepSeekV32KvCache`): the rank's `HQ` heads unpadded (its rule, `DecodeHeads`, is
+        /// checked by `Decode::new()`).
+        pub type Decode = ::shapeproof::ops::sparse_mla_decode::SparseMlaDecode<#hq, #topk>;
 
         // The same numbers, proven by the library's rule traits when the crate is checked.
         const _: () = {

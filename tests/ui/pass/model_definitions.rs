@@ -3,6 +3,7 @@
 
 use shapeproof::backend::Cpu;
 use shapeproof::ops::indexer::LightningIndexer;
+use shapeproof::ops::sparse_mla_decode::SparseMlaDecode;
 use shapeproof::ops::prologue::{Bf16Store, Decode, Extend, Mxfp8Store, Verify};
 use shapeproof::ops::sparse_mla::WithLength;
 use static_assertions::assert_type_eq_all;
@@ -94,6 +95,8 @@ const _: () = {
     assert!(ds::INDEX_HEADS == 64);
 };
 assert_type_eq_all!(deepseek_v32_tp8::Indexer, LightningIndexer<64, 2048>);
+// The decode runs the rank's 16 heads unpadded.
+assert_type_eq_all!(deepseek_v32_tp8::Decode, SparseMlaDecode<16, 2048>);
 
 // Head dim 64 with `auto`: the selector picks the bf16 store.
 assert_type_eq_all!(small_hd64::KvStore, Bf16Store<128>);
@@ -108,6 +111,7 @@ fn main() {
     // Every generated alias is usable as `Alias::new()`, with no annotation.
     let _ = deepseek_v32_tp8::SparseMla::new();
     let _ = deepseek_v32_tp8::Indexer::new();
+    let _ = deepseek_v32_tp8::Decode::new();
     let _ = inkling_tp8::global::VerifyPrologue::new();
     let _cache = inkling_tp8::sliding::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
     let _cache = small_hd64::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
