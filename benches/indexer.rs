@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Record, copy_bandwidth_gbs, gpu, time_us};
+use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
@@ -90,19 +90,6 @@ fn bench<const H: usize, const TOPK: usize>(
             ("of_fp8_matmul", of_limit),
         ],
     });
-}
-
-fn fp8_matmul_limit() -> Option<f64> {
-    let script = std::env::current_exe()
-        .ok()?
-        .parent()?
-        .parent()?
-        .join("fp8_matmul_rate.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .output()
-        .ok()?;
-    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
 fn main() {

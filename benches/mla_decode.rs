@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Record, copy_bandwidth_gbs, gpu, time_us};
+use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
@@ -62,19 +62,6 @@ fn bench<const H: usize>(
         name: format!("decode_b{batch}_sq{s_q}_h{H}_topk{TOPK}"),
         fields: vec![("us", us), ("tflops", tflops), ("of_fp8_matmul", of)],
     });
-}
-
-fn fp8_matmul_limit() -> Option<f64> {
-    let script = std::env::current_exe()
-        .ok()?
-        .parent()?
-        .parent()?
-        .join("fp8_matmul_rate.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .output()
-        .ok()?;
-    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
 fn main() {

@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::{Record, gpu, time_us};
+use common::{Record, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::{CudaKernel, LaunchShape};
@@ -481,19 +481,6 @@ fn bench_narrow<const D: usize, const H: usize, const TOPK: usize>(
             ("padded_tile_cos_distance", cos_dist_padded),
         ],
     });
-}
-
-fn fp8_matmul_limit() -> Option<f64> {
-    let script = std::env::current_exe()
-        .ok()?
-        .parent()?
-        .parent()?
-        .join("fp8_matmul_rate.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .output()
-        .ok()?;
-    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
 fn main() {

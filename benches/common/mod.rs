@@ -64,6 +64,21 @@ pub fn copy_bandwidth_gbs(g: &Cuda) -> f64 {
     2.0 * n as f64 / (us * 1e-6) / 1e9
 }
 
+/// The FP8 matmul rate of this device in TFLOP/s, measured by `fp8_matmul_rate.py` (PyTorch
+/// `_scaled_mm`, e4m3, 8192³) from the bundle's folder, or none where there is no PyTorch.
+pub fn fp8_matmul_limit() -> Option<f64> {
+    let script = std::env::current_exe()
+        .ok()?
+        .parent()?
+        .parent()?
+        .join("fp8_matmul_rate.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+}
+
 /// One result row for the JSON file.
 pub struct Record {
     pub name: String,

@@ -78,7 +78,7 @@ impl<const H_Q: usize> CudaKernel for SparseMlaDecodeCombineKernel<H_Q> {
 }
 
 /// How a call's top-k is split: `(splits, blocks_per_split)` for `rows` query rows of `heads`
-/// heads, so that about [`TARGET_CTAS`] CTAs run (a batch that fills the GPU is not split).
+/// heads, so that about 264 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split).
 pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
     let ctas = rows * heads.div_ceil(HEAD_GROUP);
     let blocks = topk / BLOCK;
