@@ -27,7 +27,7 @@ struct DecodeParams {
     float sm_scale;
     i32 rows;
     i32 slots;
-    i32 splits;            // CTAs a row's top-k is split over (gridDim.x)
+    i32 splits;            // CTAs a row's top-k is split over (gridDim.z)
     i32 blocks_per_split;  // 64-position blocks a split takes
 };
 
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     i32* sSlotBuf = reinterpret_cast<i32*>(sS + kHeads * kSStride);  // [2][64] slot or -1
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int split = blockIdx.x, group = blockIdx.y, row = blockIdx.z;
+    const int row = blockIdx.x, group = blockIdx.y, split = blockIdx.z;
     const int head0 = group * kHeads;
     constexpr int kRealHeads = H_Q < kHeads ? H_Q : kHeads;
 

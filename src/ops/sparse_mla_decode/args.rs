@@ -43,7 +43,15 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
         sm_scale: f32,
     ) -> Result<Self> {
         indices.expect_rows("indices", "query rows (as q)", q.rows())?;
-        Error::to_i32("rows", q.rows())?;
+        // The kernels count (row, head) pairs in i32: one combine CTA each.
+        let max_rows = i32::MAX as usize / H_Q.max(1);
+        if q.rows() > max_rows {
+            return Err(Error::Value {
+                param: "rows",
+                value: q.rows() as i64,
+                range: format!("0 ..= {max_rows} (rows × H_Q within i32)"),
+            });
+        }
         Ok(Self {
             q,
             indices,

@@ -138,7 +138,8 @@ impl DecodeEntry for Cuda {
             blocks_per_split: per_split as i32,
         };
         let shape = LaunchShape {
-            grid: (splits as u32, H_Q.div_ceil(HEAD_GROUP) as u32, rows as u32),
+            // Rows on x (up to 2^31 - 1 blocks; y and z stop at 65535).
+            grid: (rows as u32, H_Q.div_ceil(HEAD_GROUP) as u32, splits as u32),
             block: (THREADS, 1, 1),
             smem_bytes: DECODE_SMEM_BYTES,
         };

@@ -23,7 +23,7 @@ pub trait DecodeEntry: Backend + Sized {
     /// # Safety
     /// `call` was assembled by `SparseMlaDecode::run`: `H_Q` one of 8, 16, 32, 64, 128 and
     /// `TOPK` a positive multiple of 128; the slices hold the extents in `DecodeCall`'s
-    /// comments; `rows` and `slots` are at most `i32::MAX`.
+    /// comments; `rows · H_Q` and `slots` are at most `i32::MAX`.
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodeCall<'_, Self>,

@@ -87,8 +87,8 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
         out.expect_rows("out", "query rows (as q)", rows)?;
         lse.expect_rows("lse", "query rows (as q)", rows)?;
         // SAFETY: the rules hold (`new`'s bounds, and the cache's: 656-byte rows); the queries
-        // tie q, indices and lengths to `rows` ≤ i32::MAX; the outputs have `rows` rows; the
-        // cache holds `slots` ≤ i32::MAX rows.
+        // tie q, indices and lengths to `rows` with rows × H_Q ≤ i32::MAX; the outputs have
+        // `rows` rows; the cache holds `slots` ≤ i32::MAX rows.
         unsafe {
             backend.sparse_mla_decode::<H_Q, TOPK>(launch::DecodeCall {
                 rows,
