@@ -1,4 +1,4 @@
-//! The sparse MLA decode's CPU reference (docs/kernels/mla_cache.md §8.5): it agrees with the
+//! The sparse MLA decode's CPU reference (docs/kernels/mla_cache.md §8.5) and its split plan: it agrees with the
 //! sparse MLA prefill's reference on the gathered workspace where the gather is exact (the two
 //! families' semantics meet), a single slot gives back its value row, padding, slots past the
 //! cache and zero lengths are no keys (an empty row is `out = 0`, `lse = +inf`), a repeated
@@ -263,4 +263,29 @@ fn bad_extents_name_the_parameter() {
         queries.with_lengths(Tensor::zeros(&Cpu, 1).unwrap()),
         "lengths",
     );
+}
+
+#[test]
+fn the_top_k_split_covers_every_block_once() {
+    use shapeproof::ops::sparse_mla_decode::decode_splits;
+    for (rows, heads, topk) in [
+        (1, 16, 2048),
+        (1, 128, 2048),
+        (8, 16, 2048),
+        (256, 128, 2048),
+        (3, 8, 128),
+        (300, 8, 2048),
+    ] {
+        let blocks = topk / 64;
+        let (splits, per_split) = decode_splits(rows, heads, topk);
+        assert!(splits >= 1 && per_split >= 1, "{rows} {heads} {topk}");
+        // Every block in exactly one split: the splits cover the blocks and none is empty.
+        assert!(splits * per_split >= blocks && (splits - 1) * per_split < blocks);
+        let ctas = rows * heads.div_ceil(16);
+        if ctas >= 264 {
+            assert_eq!(splits, 1, "a batch that fills the GPU is not split");
+        }
+    }
+    // One row of 16 heads: every 64-position block its own CTA.
+    assert_eq!(decode_splits(1, 16, 2048), (32, 1));
 }
