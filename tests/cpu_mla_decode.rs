@@ -1,8 +1,9 @@
-//! The sparse MLA decode's CPU reference (docs/kernels/mla_cache.md §8.5) and its split plan: it agrees with the
-//! sparse MLA prefill's reference on the gathered workspace where the gather is exact (the two
-//! families' semantics meet), a single slot gives back its value row, padding, slots past the
-//! cache and zero lengths are no keys (an empty row is `out = 0`, `lse = +inf`), a repeated
-//! slot counts twice, and extents that disagree are an `Err` naming the parameter.
+//! The sparse MLA decode's CPU reference (docs/kernels/mla_cache.md §8.5) and its split plan:
+//! the reference agrees with the sparse MLA prefill's reference on the gathered workspace where
+//! the gather is exact (the two families' semantics meet), a single slot gives back its value
+//! row, padding, slots past the cache and zero lengths are no keys (an empty row is `out = 0`,
+//! `lse = +inf`), a repeated slot counts twice, and extents that disagree are an `Err` naming
+//! the parameter; the split of the top-k over CTAs covers every block once.
 
 mod common;
 
