@@ -496,23 +496,30 @@ def candle_launch(run, results_dir):
     return out + table(header, rows) + [""]
 
 
-def indexer(run, results_dir):
-    out = ["### Lightning indexer (prefill, logits and top-k fused)", ""]
+def rate_table(run, results_dir, title, source, pattern, shape_header, shape, time_key, digits):
+    """A table of one FLOP-rate benchmark against the FP8 matmul rate of its run: a row a
+    record matching `pattern`, its shape written by `shape(match)`, its time `time_key`."""
+    out = [title, ""]
     if run is None:
-        return out + no_run(results_dir, *INDEXER)
+        return out + no_run(results_dir, *source)
     limit, limit_text = fp8_limit(run)
-    out += run_line(run, INDEXER[1], [limit_text, copy_limit(run)[1]])
-    recs = run.matching(INDEXER_REC)
+    out += run_line(run, source[1], [limit_text, copy_limit(run)[1]])
+    recs = run.matching(pattern)
     if not recs:
         return out + none_of_kind(run)
-    rows = []
-    for m, _, f in recs:
+    rows = [[shape(m), num(f.get(time_key), digits), num(f.get("tflops"), 0),
+             DASH if limit is None else pct(f.get("tflops") / limit)] for m, _, f in recs]
+    unit = "ms" if time_key == "ms" else "µs"
+    return out + table([shape_header, unit, "TFLOP/s", "of FP8 matmul"], rows) + [""]
+
+
+def indexer(run, results_dir):
+    def shape(m):
         tokens, history, heads, topk = m.groups()
         keys = f"{history} + chunk, causal" if history != "0" else "the chunk, causal"
-        rows.append([f"({tokens}, {keys}, {heads}, {topk})", num(f.get("ms"), 2),
-                     num(f.get("tflops"), 0),
-                     DASH if limit is None else pct(f.get("tflops") / limit)])
-    return out + table(["(T, keys, H_IDX, TOPK)", "ms", "TFLOP/s", "of FP8 matmul"], rows) + [""]
+        return f"({tokens}, {keys}, {heads}, {topk})"
+    return rate_table(run, results_dir, "### Lightning indexer (prefill, logits and top-k fused)",
+                      INDEXER, INDEXER_REC, "(T, keys, H_IDX, TOPK)", shape, "ms", 2)
 
 
 def mla_cache(run, results_dir):
@@ -534,20 +541,9 @@ def mla_cache(run, results_dir):
 
 
 def mla_decode(run, results_dir):
-    out = ["### Sparse MLA decode over the FP8 cache", ""]
-    if run is None:
-        return out + no_run(results_dir, *DECODE)
-    limit, limit_text = fp8_limit(run)
-    out += run_line(run, DECODE[1], [limit_text, copy_limit(run)[1]])
-    recs = run.matching(DECODE_REC)
-    if not recs:
-        return out + none_of_kind(run)
-    rows = []
-    for m, _, f in recs:
-        b, sq, h, topk = m.groups()
-        rows.append([f"({b}, {sq}, {h}, {topk})", num(f.get("us"), 1), num(f.get("tflops"), 0),
-                     DASH if limit is None else pct(f.get("tflops") / limit)])
-    return out + table(["(B, s_q, h_q, TOPK)", "µs", "TFLOP/s", "of FP8 matmul"], rows) + [""]
+    return rate_table(run, results_dir, "### Sparse MLA decode over the FP8 cache", DECODE,
+                      DECODE_REC, "(B, s_q, h_q, TOPK)", lambda m: "({}, {}, {}, {})".format(*m.groups()),
+                      "us", 1)
 
 
 def render(results_dir):

@@ -18,6 +18,9 @@ use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::{Attribute, Ident, LitInt, LitStr, Token, Visibility, braced, bracketed};
 
+/// Most values one rule's table holds.
+const MAX_VALUES: u64 = 4096;
+
 /// Which values satisfy the rule.
 enum Values {
     /// `first..=last step step`.
@@ -67,6 +70,13 @@ impl Parse for DimRule {
                 return Err(syn::Error::new(
                     step_span,
                     "a range needs first <= last and a positive step",
+                ));
+            }
+            // One impl a value: a table past this size is a mistake, not a rule.
+            if (last - first) / step >= MAX_VALUES {
+                return Err(syn::Error::new(
+                    step_span,
+                    format!("a rule lists at most {MAX_VALUES} values; this range has more"),
                 ));
             }
             Values::Range { first, last, step }

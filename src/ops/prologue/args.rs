@@ -255,11 +255,6 @@ fn check_tau<B: Backend, S: Storage<B>>(
     }
 }
 
-/// `value` as the `i32` the kernel counts in, or an error naming `param`.
-fn to_i32(param: &'static str, value: usize) -> Result<i32> {
-    Error::to_i32(param, value)
-}
-
 checked_struct! {
     /// A target-verify batch: `B` sequences of exactly `q` draft tokens, `T = B·q`.
     pub struct VerifyBatch [] [L]
@@ -305,7 +300,7 @@ impl<B: Backend, L: RowLayout, S: Storage<B>> VerifyBatch<B, L, S> {
         let seqs = cache_indices.rows();
         let tokens = Error::elements("cache_indices", seqs, draft_tokens)?;
         qkvr.expect_rows("qkvr", "tokens (T = B·q)", tokens)?;
-        to_i32("qkvr rows", qkvr.rows())?;
+        Error::to_i32("qkvr rows", qkvr.rows())?;
         cache_mask.expect_rows("cache_mask", "sequences", seqs)?;
         loc.expect_rows("loc", "tokens", qkvr.rows())?;
         check_tau(&tau, qkvr.rows())?;
@@ -474,8 +469,8 @@ impl<B: Backend, L: RowLayout, C: ConvSpec, S: Storage<B>> ExtendBatch<B, L, C, 
             update_conv_state,
         } = parts;
         let (tokens, seqs) = (qkvr.rows(), cache_indices.rows());
-        to_i32("qkvr rows", tokens)?;
-        to_i32("cache_indices rows", seqs)?;
+        Error::to_i32("qkvr rows", tokens)?;
+        Error::to_i32("cache_indices rows", seqs)?;
         cu_seqlens.expect_rows("cu_seqlens", "entries (B + 1)", seqs + 1)?;
         seq_of_token.expect_rows("seq_of_token", "tokens", tokens)?;
         cache_mask.expect_rows("cache_mask", "sequences", seqs)?;
@@ -571,7 +566,7 @@ impl<B: Backend, L: RowLayout, S: Storage<B>> DecodeBatch<B, L, S> {
         track: Option<DecodeTrack<B, S>>,
     ) -> Result<Self> {
         let tokens = qkvr.rows();
-        to_i32("qkvr rows", tokens)?;
+        Error::to_i32("qkvr rows", tokens)?;
         cache_indices.expect_rows("cache_indices", "tokens", tokens)?;
         cache_mask.expect_rows("cache_mask", "tokens", tokens)?;
         loc.expect_rows("loc", "tokens", tokens)?;
