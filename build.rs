@@ -199,6 +199,12 @@ fn tables() -> Vec<Table> {
             list_values: true,
             body: none,
         },
+        Table {
+            rule: rules::INDEX_CACHE_PAGE_SIZE,
+            items: &[],
+            list_values: true,
+            body: none,
+        },
     ]
 }
 
@@ -361,6 +367,7 @@ fn claims() -> String {
     }
     writeln!(c, "    mla_cache_page::<{}>();", rules::MLA_CACHE_PAGE).unwrap();
     writeln!(c, "    mla_scale_group::<{}>();", rules::MLA_SCALE_GROUP).unwrap();
+    writeln!(c, "    index_cache_page::<{}>();", rules::INDEX_CACHE_PAGE).unwrap();
     for h in rules::NARROW_HEAD_TILES {
         writeln!(c, "    head_tile::<{h}>();").unwrap();
     }

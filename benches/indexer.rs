@@ -5,6 +5,10 @@
 //! where a published fused H200 indexer takes 16.1 ms. Beside them, measured in the same run:
 //! the FP8 matmul rate (`scripts/fp8_matmul_rate.py`, PyTorch `_scaled_mm`, when present) and
 //! the device copy bandwidth.
+//! The paged form (decode) at (B 128, next_n 2, seq_len 65536, H_IDX 64, TOPK 2048), the
+//! decode step of a full batch, and at B 1 and 8: its figure is the cache bytes read (`B ·
+//! seq_len · 132`) per second against the copy bandwidth, pages shuffled over the cache. The
+//! index-key store: bytes moved (`T · (256 + 132)`) per second.
 //! Inputs: random e4m3 bytes (NaN patterns avoided), N(0, 1/64) weights, key scales in
 //! [0.005, 0.02). Run on the H200 through `scripts/gpu-bundle.sh` (`run.sh bench`); needs
 //! `--features gpu-tests`.
@@ -17,7 +21,10 @@ use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::F8E4M3;
-use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer};
+use shapeproof::dtype::bf16;
+use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_ROW_BYTES};
+use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
+use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries};
 use shapeproof::rules::{IndexerHeads, IndexerTopk};
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -92,6 +99,134 @@ fn bench<const H: usize, const TOPK: usize>(
     });
 }
 
+/// Times one paged (decode) shape: `batch` sequences of `seq_len` positions, `next_n` query
+/// tokens each, every sequence's pages a random permutation of the cache's.
+fn bench_paged<const H: usize, const TOPK: usize>(
+    g: &Cuda,
+    rng: &mut StdRng,
+    batch: usize,
+    next_n: usize,
+    seq_len: usize,
+    copy_gbs: f64,
+    records: &mut Vec<Record>,
+) where
+    Dim<H>: IndexerHeads,
+    Dim<TOPK>: IndexerTopk,
+{
+    let per_seq = seq_len.div_ceil(64);
+    let pages = batch * per_seq;
+    // A block of 64 random pages (keys without NaN patterns, scales in [0.005, 0.02)) tiled
+    // over the cache: every page is read from memory, none is a special value.
+    let mut template = Vec::with_capacity(64 * 8448);
+    for _ in 0..64 {
+        template.extend(e4m3_bytes(rng, 64 * 128).iter().map(|b| b.to_bits()));
+        for _ in 0..64 {
+            template.extend(rng.random_range(0.005f32..0.02).to_le_bytes());
+        }
+    }
+    let bytes: Vec<u8> = template
+        .iter()
+        .copied()
+        .cycle()
+        .take(pages * 8448)
+        .collect();
+    let cache = DeepSeekV32IndexCache::<Cuda>::from_tensor(
+        Tensor::from_host(g, "cache", &bytes, pages).unwrap(),
+    )
+    .unwrap();
+    let mut table: Vec<i32> = (0..pages as i32).collect();
+    for i in (1..table.len()).rev() {
+        table.swap(i, rng.random_range(0..=i));
+    }
+    let rows = batch * next_n;
+    let weights: Vec<f32> = (0..rows * H)
+        .map(|_| rng.random_range(-0.25f32..0.25))
+        .collect();
+    let queries = PagedIndexerQueries::new(
+        Tensor::from_host(g, "q", &e4m3_bytes(rng, rows * H * 128), rows).unwrap(),
+        Tensor::from_host(g, "weights", &weights, rows).unwrap(),
+        Tensor::from_host(g, "block_table", &table, pages).unwrap(),
+        per_seq,
+        Tensor::from_host(g, "seq_lens", &vec![seq_len as i32; batch], batch).unwrap(),
+        next_n,
+    )
+    .unwrap();
+    let mut indices: Tensor<Cuda, i32, Cols<TOPK>> = Tensor::zeros(g, rows).unwrap();
+    let indexer = LightningIndexer::<H, TOPK>::new();
+    let us = time_us(g, 2, 7, |_| {
+        indexer
+            .run_paged(g, &queries, &cache, &mut indices)
+            .unwrap()
+    });
+    let cache_bytes = (batch * seq_len * INDEX_KEY_ROW_BYTES) as f64;
+    let gbs = cache_bytes / (us * 1e-6) / 1e9;
+    let pairs: u64 = (0..next_n)
+        .map(|j| (batch * (seq_len - next_n + j + 1)) as u64)
+        .sum();
+    let tflops = LightningIndexer::<H, TOPK>::flops(pairs) / (us * 1e-6) / 1e12;
+    println!(
+        "| ({batch}, {next_n}, {seq_len}, {H}, {TOPK}) | {us:.1} | {gbs:.0} | {:.0}% | {tflops:.0} |",
+        gbs / copy_gbs * 100.0
+    );
+    records.push(Record {
+        name: format!("indexer_paged_b{batch}_n{next_n}_len{seq_len}_h{H}_topk{TOPK}"),
+        fields: vec![
+            ("batch", batch as f64),
+            ("next_n", next_n as f64),
+            ("seq_len", seq_len as f64),
+            ("heads", H as f64),
+            ("topk", TOPK as f64),
+            ("us", us),
+            ("gbs", gbs),
+            ("of_copy", gbs / copy_gbs),
+            ("tflops", tflops),
+        ],
+    });
+}
+
+/// Times the index-key store of `tokens` keys into distinct random slots of a cache with room
+/// for four times as many.
+fn bench_store(
+    g: &Cuda,
+    rng: &mut StdRng,
+    tokens: usize,
+    copy_gbs: f64,
+    records: &mut Vec<Record>,
+) {
+    let pages = (4 * tokens).div_ceil(64);
+    let mut cache = DeepSeekV32IndexCache::<Cuda>::zeros(g, pages).unwrap();
+    let k: Vec<bf16> = (0..tokens * 128)
+        .map(|_| bf16::from_f32(rng.random_range(-4.0f32..4.0)))
+        .collect();
+    let mut slots: Vec<i64> = (0..(pages * 64) as i64).collect();
+    for i in (1..slots.len()).rev() {
+        slots.swap(i, rng.random_range(0..=i));
+    }
+    slots.truncate(tokens);
+    let rows = IndexKeyRows::new(
+        Tensor::from_host(g, "k", &k, tokens).unwrap(),
+        Tensor::from_host(g, "loc", &slots, tokens).unwrap(),
+    )
+    .unwrap();
+    let store = IndexKeyStore::<64>::new();
+    let us = time_us(g, 3, 11, |_| store.run(g, &rows, &mut cache, None).unwrap());
+    let moved = (tokens * (256 + 8 + INDEX_KEY_ROW_BYTES)) as f64;
+    let gbs = moved / (us * 1e-6) / 1e9;
+    println!(
+        "| store {tokens} | {us:.1} | {gbs:.0} | {:.0}% | |",
+        gbs / copy_gbs * 100.0
+    );
+    records.push(Record {
+        name: format!("index_store_t{tokens}"),
+        fields: vec![
+            ("tokens", tokens as f64),
+            ("us", us),
+            ("gbs", gbs),
+            ("of_copy", gbs / copy_gbs),
+        ],
+    });
+}
+
 fn main() {
     let g = gpu();
     let mut rng = StdRng::seed_from_u64(0x1D5E);
@@ -120,5 +255,14 @@ fn main() {
     bench::<64, 2048>(&g, &mut rng, 4096, 65536, limit, &mut records);
     bench::<32, 2048>(&g, &mut rng, 32768, 0, limit, &mut records);
     bench::<64, 2048>(&g, &mut rng, 4096, 8192, limit, &mut records);
+    println!("\n| paged (B, next_n, seq_len, H_IDX, TOPK) | µs | cache GB/s | of copy | TFLOP/s |");
+    println!("|---|---|---|---|---|");
+    bench_paged::<64, 2048>(&g, &mut rng, 128, 2, 65536, copy, &mut records);
+    bench_paged::<64, 2048>(&g, &mut rng, 8, 2, 65536, copy, &mut records);
+    bench_paged::<64, 2048>(&g, &mut rng, 1, 2, 65536, copy, &mut records);
+    bench_paged::<64, 2048>(&g, &mut rng, 1, 1, 65536, copy, &mut records);
+    bench_paged::<64, 2048>(&g, &mut rng, 128, 1, 8192, copy, &mut records);
+    bench_store(&g, &mut rng, 256, copy, &mut records);
+    bench_store(&g, &mut rng, 65536, copy, &mut records);
     common::write_json("indexer.json", &records);
 }

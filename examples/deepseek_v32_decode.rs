@@ -1,9 +1,10 @@
-//! DeepSeek V3.2 at tensor-parallel degree 8, one sequence served on this library alone: the
-//! prompt's latent rows are stored into the FP8 cache (656 bytes a token), then decode steps of
-//! `next_n = 2` tokens (a multi-token-prediction verify): each step stores its two new rows,
-//! runs the lightning indexer for its two queries over every key so far, and the sparse MLA
-//! decode of the rank's 16 heads over the cache slots the indexer chose. The sequence's pages
-//! are the cache's first ones, in order, so an indexer position is its cache slot.
+//! DeepSeek V3.2 at tensor-parallel degree 8, one sequence served on this library alone, as an
+//! engine holds it: its pages scattered over two paged caches that share one block table — the
+//! FP8 sparse MLA cache (656 bytes a token) and the indexer's key cache (132 bytes a token).
+//! The prompt's latent rows and index keys are stored into both, then decode steps of
+//! `next_n = 2` tokens (a multi-token-prediction verify): each step stores its two new rows and
+//! keys, runs the paged lightning indexer for its two queries over every key so far (its rows
+//! are cache slots), and the sparse MLA decode of the rank's 16 heads over those slots.
 //!
 //! On an H200 every step runs on the GPU and on the CPU reference, and the GPU's indexer rows
 //! and decode outputs are checked against the CPU's (the decode with the GPU's rows, within the
@@ -15,8 +16,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
-use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
-use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, RunIndexer};
+use shapeproof::layout::{DeepSeekV32IndexCache, DeepSeekV32KvCache, MLA_CACHE_DIM};
+use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore, RunIndexCache};
+use shapeproof::ops::indexer::{PagedIndexerQueries, RunIndexer};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows, RunMlaCache};
 use shapeproof::ops::sparse_mla_decode::{DecodeQueries, RunDecode};
 use shapeproof::tensor::{Cols, Tensor};
@@ -36,41 +38,54 @@ const NEXT_N: usize = 2;
 /// Decode steps.
 const STEPS: usize = 4;
 
-/// The sequence on the host: every token's latent row, index key and key scale, generated as the
-/// sequence grows.
+/// The sequence: its length, its pages (the block table, one row) and the generator of its
+/// tokens.
 struct Sequence {
     rng: StdRng,
-    latent: Vec<bf16>,     // [tokens, 576]
-    index_k: Vec<F8E4M3>,  // [tokens, 128]
-    index_scale: Vec<f32>, // [tokens]
+    len: usize,
+    block_table: Vec<i32>, // [max_pages] the cache page of each 64 positions
+}
+
+/// One step's new tokens: latent rows, index keys and their cache slots.
+struct NewTokens {
+    latent: Vec<bf16>,  // [n, 576]
+    index_k: Vec<bf16>, // [n, 128]
+    loc: Vec<i64>,      // [n]
 }
 
 impl Sequence {
-    fn new(seed: u64) -> Self {
+    /// A sequence whose `max_pages` pages are a shuffle of the cache's.
+    fn new(seed: u64, max_pages: usize) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut block_table: Vec<i32> = (0..max_pages as i32).collect();
+        for i in (1..max_pages).rev() {
+            block_table.swap(i, rng.random_range(0..=i));
+        }
         Self {
-            rng: StdRng::seed_from_u64(seed),
-            latent: Vec::new(),
-            index_k: Vec::new(),
-            index_scale: Vec::new(),
+            rng,
+            len: 0,
+            block_table,
         }
     }
 
-    fn len(&self) -> usize {
-        self.index_scale.len()
-    }
-
-    /// Appends `n` tokens; returns their latent rows.
-    fn grow(&mut self, n: usize) -> Vec<bf16> {
+    /// Appends `n` tokens: their rows, keys and slots.
+    fn grow(&mut self, n: usize) -> NewTokens {
         let rng = &mut self.rng;
-        let rows: Vec<bf16> = (0..n * MLA_CACHE_DIM)
+        let latent = (0..n * MLA_CACHE_DIM)
             .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
             .collect();
-        self.latent.extend_from_slice(&rows);
-        self.index_k
-            .extend((0..n * 128).map(|_| e4m3_from_f32(rng.random_range(-2.0f32..2.0))));
-        self.index_scale
-            .extend((0..n).map(|_| rng.random_range(0.005f32..0.02)));
-        rows
+        let index_k = (0..n * 128)
+            .map(|_| bf16::from_f32(rng.random_range(-2.0f32..2.0)))
+            .collect();
+        let loc = (self.len..self.len + n)
+            .map(|p| (self.block_table[p / 64] as usize * 64 + p % 64) as i64)
+            .collect();
+        self.len += n;
+        NewTokens {
+            latent,
+            index_k,
+            loc,
+        }
     }
 
     /// One step's queries: the indexer's (q, weights) and the decode's q, for `n` tokens.
@@ -89,40 +104,63 @@ impl Sequence {
     }
 }
 
-/// Stores `rows` (`[n, 576]`) at slots `first..first + n` of `cache`.
-fn store<B: RunMlaCache>(b: &B, cache: &mut DeepSeekV32KvCache<B>, rows: &[bf16], first: usize) {
-    let n = rows.len() / MLA_CACHE_DIM;
-    let loc: Vec<i64> = (first as i64..(first + n) as i64).collect();
-    let rows = MlaKvRows::new(
-        Tensor::from_host(b, "kv", rows, n).unwrap(),
-        Tensor::from_host(b, "loc", &loc, n).unwrap(),
-    )
-    .unwrap();
-    MlaCacheStore::<64, 128>::new()
-        .run(b, &rows, cache, None)
-        .unwrap();
+/// A backend's two caches of the sequence.
+struct Caches<B: Backend> {
+    kv: DeepSeekV32KvCache<B>,
+    index: DeepSeekV32IndexCache<B>,
 }
 
-/// The indexer's `[NEXT_N, TOPK]` rows for the step's tokens: token `i` of the step sees the
-/// keys `[0, len - NEXT_N + i + 1)`.
-fn select<B: RunIndexer>(b: &B, seq: &Sequence, iq: &[F8E4M3], w: &[f32]) -> Vec<i32> {
-    let len = seq.len();
-    let ends: Vec<i32> = (0..NEXT_N).map(|i| (len - NEXT_N + i + 1) as i32).collect();
-    let queries = IndexerQueries::<B, { ds::INDEX_HEADS }>::new(
+impl<B: RunMlaCache + RunIndexCache> Caches<B> {
+    fn new(b: &B, pages: usize) -> Self {
+        Self {
+            kv: DeepSeekV32KvCache::zeros(b, pages).unwrap(),
+            index: DeepSeekV32IndexCache::zeros(b, pages).unwrap(),
+        }
+    }
+
+    /// Stores the new tokens' latent rows and index keys at their slots of both caches.
+    fn store(&mut self, b: &B, new: &NewTokens) {
+        let n = new.loc.len();
+        let rows = MlaKvRows::new(
+            Tensor::from_host(b, "kv", &new.latent, n).unwrap(),
+            Tensor::from_host(b, "loc", &new.loc, n).unwrap(),
+        )
+        .unwrap();
+        MlaCacheStore::<64, 128>::new()
+            .run(b, &rows, &mut self.kv, None)
+            .unwrap();
+        let keys = IndexKeyRows::new(
+            Tensor::from_host(b, "k", &new.index_k, n).unwrap(),
+            Tensor::from_host(b, "loc", &new.loc, n).unwrap(),
+        )
+        .unwrap();
+        IndexKeyStore::<64>::new()
+            .run(b, &keys, &mut self.index, None)
+            .unwrap();
+    }
+}
+
+/// The paged indexer's `[NEXT_N, TOPK]` cache slots for the step's tokens: token `i` of the
+/// step sees the positions `[0, len - NEXT_N + i + 1)`.
+fn select<B: RunIndexer>(
+    b: &B,
+    caches: &Caches<B>,
+    seq: &Sequence,
+    iq: &[F8E4M3],
+    w: &[f32],
+) -> Vec<i32> {
+    let queries = PagedIndexerQueries::<B, { ds::INDEX_HEADS }>::new(
         Tensor::from_host(b, "q", iq, NEXT_N).unwrap(),
         Tensor::from_host(b, "weights", w, NEXT_N).unwrap(),
-        Tensor::from_host(b, "key_start", &[0; NEXT_N], NEXT_N).unwrap(),
-        Tensor::from_host(b, "key_end", &ends, NEXT_N).unwrap(),
-    )
-    .unwrap();
-    let keys = IndexKeys::new(
-        Tensor::from_host(b, "k", &seq.index_k, len).unwrap(),
-        Tensor::from_host(b, "k_scale", &seq.index_scale, len).unwrap(),
+        Tensor::from_host(b, "block_table", &seq.block_table, seq.block_table.len()).unwrap(),
+        seq.block_table.len(),
+        Tensor::from_host(b, "seq_lens", &[seq.len as i32], 1).unwrap(),
+        NEXT_N,
     )
     .unwrap();
     let mut rows: Tensor<B, i32, Cols<{ ds::TOPK }>> = Tensor::filled(b, NEXT_N, -7).unwrap();
     ds::Indexer::new()
-        .run(b, &queries, &keys, &mut rows)
+        .run_paged(b, &queries, &caches.index, &mut rows)
         .unwrap();
     rows.to_host(b).unwrap()
 }
@@ -162,41 +200,39 @@ fn main() {
         gpu.as_ref()
             .map_or("the CPU reference".to_string(), |g| g.describe())
     );
-    let mut seq = Sequence::new(3);
-    let rows = seq.grow(prompt);
-    let mut cpu_cache = DeepSeekV32KvCache::<Cpu>::zeros(&Cpu, pages).unwrap();
-    store(&Cpu, &mut cpu_cache, &rows, 0);
-    let mut gpu_cache = gpu.as_ref().map(|g| {
-        let mut c = DeepSeekV32KvCache::<Cuda>::zeros(g, pages).unwrap();
-        store(g, &mut c, &rows, 0);
+    let mut seq = Sequence::new(3, pages);
+    let prompt_tokens = seq.grow(prompt);
+    let mut cpu_caches = Caches::new(&Cpu, pages);
+    cpu_caches.store(&Cpu, &prompt_tokens);
+    let mut gpu_caches = gpu.as_ref().map(|g| {
+        let mut c = Caches::new(g, pages);
+        c.store(g, &prompt_tokens);
         c
     });
     for step in 0..STEPS {
-        let first = seq.len();
-        let new_rows = seq.grow(NEXT_N);
+        let new = seq.grow(NEXT_N);
         let (iq, w, q) = seq.queries(NEXT_N);
-        store(&Cpu, &mut cpu_cache, &new_rows, first);
-        let cpu_slots = select(&Cpu, &seq, &iq, &w);
-        let Some((g, cache)) = gpu.as_ref().zip(gpu_cache.as_mut()) else {
-            let (_, lse) = decode(&Cpu, &cpu_cache, &q, &cpu_slots);
+        cpu_caches.store(&Cpu, &new);
+        let cpu_slots = select(&Cpu, &cpu_caches, &seq, &iq, &w);
+        let Some((g, caches)) = gpu.as_ref().zip(gpu_caches.as_mut()) else {
+            let (_, lse) = decode(&Cpu, &cpu_caches.kv, &q, &cpu_slots);
             assert!(lse.iter().all(|l| l.is_finite()), "every row has keys");
             println!(
                 "step {step}: {} keys; lse of token 0, head 0: {:.4}",
-                seq.len(),
-                lse[0]
+                seq.len, lse[0]
             );
             continue;
         };
-        store(g, cache, &new_rows, first);
-        let slots = select(g, &seq, &iq, &w);
+        caches.store(g, &new);
+        let slots = select(g, caches, &seq, &iq, &w);
         let equal = (0..NEXT_N)
             .filter(|&i| {
                 slots[i * ds::TOPK..(i + 1) * ds::TOPK]
                     == cpu_slots[i * ds::TOPK..(i + 1) * ds::TOPK]
             })
             .count();
-        let (out, lse) = decode(g, cache, &q, &slots);
-        let (want_out, want_lse) = decode(&Cpu, &cpu_cache, &q, &slots);
+        let (out, lse) = decode(g, &caches.kv, &q, &slots);
+        let (want_out, want_lse) = decode(&Cpu, &cpu_caches.kv, &q, &slots);
         let d_lse = lse
             .iter()
             .zip(&want_lse)
@@ -215,7 +251,7 @@ fn main() {
         );
         println!(
             "step {step}: {} keys; indexer rows equal to the CPU's {equal}/{NEXT_N}; decode max |Δlse| {d_lse:.1e}, max |Δout| {d_out:.1e}",
-            seq.len()
+            seq.len
         );
     }
 }

@@ -35,6 +35,21 @@ struct IndexerParams {
     i32 s_kv;
 };
 
+// Parameters of one paged launch (decode, MTP verify). Mirrored by `PagedIndexerParams` in
+// src/ops/indexer/cuda.rs. A cache page is 64 keys of 128 bytes, then their 64 f32 scales.
+struct PagedIndexerParams {
+    const u8* q;              // [B * next_n, H_IDX, 128] e4m3
+    const float* weights;     // [B * next_n, H_IDX]
+    const i32* block_table;   // [B, max_pages] page of each 64 positions (outside [0, pages): none)
+    const i32* seq_lens;      // [B] each sequence's length, its next_n new tokens included
+    const u8* cache;          // [pages, 8448]
+    i32* indices;             // [B * next_n, TOPK] out: cache slots by ascending position, then -1
+    i32 batch;                // B
+    i32 next_n;               // query tokens a sequence, 1 ..= 4
+    i32 max_pages;            // columns of the block table
+    i32 pages;                // pages of the cache
+};
+
 namespace indexer {
 
 constexpr int kD = 128;             // channels of a head and of a key (bytes, e4m3)
@@ -212,9 +227,74 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 
 }  // namespace indexer
 
-template <int H_IDX, int TOPK>
-__global__ void __launch_bounds__(indexer::kThreads, 2)
-    lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
+// Where a CTA's query tokens and their keys are. Both sources give the CTA's kTokens query rows
+// (row(g), -1 for none) and their valid position ranges, and, for a 64-position block starting
+// at `first` (a multiple of 64 in the paged source), where its 64 key rows and scales lie.
+
+// The prefill: keys [s_kv, 128] and scales [s_kv] in rows; a CTA takes tokens t0, t0 + 1
+// (heavier, later causal pairs first) and the union of their ranges.
+struct ContiguousKeys {
+    const IndexerParams& p;
+    int t0;
+    __device__ ContiguousKeys(const IndexerParams& params, int cta)
+        : p(params), t0(((int)gridDim.x - 1 - cta) * indexer::kTokens) {}
+    __device__ int row(int g) const { return t0 + g < p.tokens ? t0 + g : -1; }
+    __device__ void range(int g, int& a, int& b) const {
+        a = min(max(p.key_start[t0 + g], 0), p.s_kv);
+        b = min(max(p.key_end[t0 + g], a), p.s_kv);
+    }
+    __device__ const u8* base() const { return p.k; }
+    // Block `first`'s keys and scales; whether it holds keys at all.
+    __device__ bool block(int first, const u8*& keys, const float*& scales) const {
+        keys = p.k + (i64)first * indexer::kD;
+        scales = p.k_scale + first;
+        return true;
+    }
+    __device__ bool present(int) const { return true; }
+    __device__ i32 index_of(int s) const { return s; }
+};
+
+// Decode / MTP verify: a CTA takes tokens j0, j0 + 1 of sequence `seq` (its next_n tokens split
+// over ceil(next_n / 2) CTAs); token j sees positions [0, seq_len - next_n + j + 1), clamped to
+// [0, 64 max_pages]. Position s is offset s % 64 of page block_table[seq][s / 64]; a page
+// outside [0, pages) holds no key. The row written is the cache slot, page * 64 + s % 64.
+struct PagedKeys {
+    const PagedIndexerParams& p;
+    int seq, j0;
+    __device__ PagedKeys(const PagedIndexerParams& params, int cta) : p(params) {
+        const int per = (p.next_n + indexer::kTokens - 1) / indexer::kTokens;
+        seq = cta / per;
+        j0 = (cta % per) * indexer::kTokens;
+    }
+    __device__ int row(int g) const { return j0 + g < p.next_n ? seq * p.next_n + j0 + g : -1; }
+    __device__ void range(int g, int& a, int& b) const {
+        const i64 end = (i64)p.seq_lens[seq] - p.next_n + j0 + g + 1;
+        a = 0;
+        b = (int)min(max(end, (i64)0), (i64)p.max_pages * indexer::kBlock);
+    }
+    __device__ int page(int s) const {
+        return p.block_table[(i64)seq * p.max_pages + s / indexer::kBlock];
+    }
+    __device__ const u8* base() const { return p.cache; }
+    __device__ bool block(int first, const u8*& keys, const float*& scales) const {
+        const int pg = page(first);
+        const bool ok = pg >= 0 && pg < p.pages;
+        keys = p.cache + (ok ? (i64)pg * (indexer::kBlockBytes + indexer::kBlock * 4) : (i64)0);
+        scales = (const float*)(keys + indexer::kBlockBytes);
+        return ok;
+    }
+    __device__ bool present(int s) const {
+        const int pg = page(s);
+        return pg >= 0 && pg < p.pages;
+    }
+    __device__ i32 index_of(int s) const { return page(s) * indexer::kBlock + s % indexer::kBlock; }
+};
+
+// The fused logits and top-k of one CTA's query tokens over the keys `keys` names; q, weights
+// and indices are the call's, indexed by the rows `keys` gives.
+template <int H_IDX, int TOPK, class Keys>
+__device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, const float* weights,
+                                             i32* indices) {
     using namespace indexer;
     constexpr int N = kTokens * H_IDX;  // wgmma N: the head rows of both tokens
     constexpr int CAP = cap_for(TOPK);  // candidates a token holds
@@ -239,19 +319,16 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
     auto cand_pos = [&](int g) { return (i32*)(cand + g * 2 * CAP + CAP); };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    // Heavier (later, causal) pairs first.
-    const int t0 = (int)(gridDim.x - 1 - blockIdx.x) * kTokens;
 
     // Each token's clamped range; the CTA streams their union.
-    int lo_t[kTokens], hi_t[kTokens];
-    int lo = p.s_kv, hi = 0;
+    int row_t[kTokens], lo_t[kTokens], hi_t[kTokens];
+    int lo = 0x7fffffff, hi = 0;
 #pragma unroll
     for (int g = 0; g < kTokens; ++g) {
-        const int t = t0 + g;
+        row_t[g] = keys.row(g);
         int a = 0, b = 0;
-        if (t < p.tokens) {
-            a = min(max(p.key_start[t], 0), p.s_kv);
-            b = min(max(p.key_end[t], a), p.s_kv);
+        if (row_t[g] >= 0) {
+            keys.range(g, a, b);
         }
         lo_t[g] = a;
         hi_t[g] = b;
@@ -265,14 +342,14 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
     // Q rows r = g * H_IDX + h into the canonical layout; a missing token's rows are zeros.
     for (int e = tid; e < N * (kD / 16); e += kThreads) {
         const int r = e / (kD / 16), c = e % (kD / 16);
-        const int t = t0 + r / H_IDX;
-        const bool valid = t < p.tokens;
-        const u8* src = p.q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
+        const int t = row_t[r / H_IDX];
+        const bool valid = t >= 0;
+        const u8* src = q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
         cp_async_16(smem_addr(sq) + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
     }
     for (int e = tid; e < N; e += kThreads) {
-        const int t = t0 + e / H_IDX;
-        sw[e] = t < p.tokens ? p.weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
+        const int t = row_t[e / H_IDX];
+        sw[e] = t >= 0 ? weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
     }
     if (tid < kTokens) {
         count[tid] = 0;
@@ -286,18 +363,20 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
         if (b < blocks) {
             const int first = lo + b * kBlock;
             const u32 dst = smem_addr(sk + (b % kStages) * kStageBytes);
+            const u8* kb;
+            const float* sb;
+            const bool present = keys.block(first, kb, sb);
             for (int e = tid; e < kBlock * (kD / 16); e += kThreads) {
                 const int r = e / (kD / 16), c = e % (kD / 16);
-                const int s = first + r;
-                const bool valid = s < hi;
-                const u8* src = p.k + (valid ? (i64)s * kD + c * 16 : (i64)0);
+                const bool valid = present && first + r < hi;
+                const u8* src = valid ? kb + r * kD + c * 16 : keys.base();
                 cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
             }
             if (tid < kBlock) {
-                const int s = first + tid;
-                const bool valid = s < hi;
+                const bool valid = present && first + tid < hi;
+                const void* src = valid ? (const void*)(sb + tid) : (const void*)keys.base();
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + kBlockBytes + tid * 4),
-                             "l"(p.k_scale + (valid ? s : 0)), "r"(valid ? 4u : 0u)
+                             "l"(src), "r"(valid ? 4u : 0u)
                              : "memory");
             }
         }
@@ -354,7 +433,7 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
         const float mine = quad == 0 ? part[0][0] : quad == 1 ? part[0][1] : quad == 2 ? part[1][0] : part[1][1];
         const int row = warp * 16 + (lane >> 2) + 8 * my_half;
         const int s = lo + b * kBlock + row;
-        if (s >= my_lo && s < my_hi) {
+        if (s >= my_lo && s < my_hi && keys.present(s)) {
             const float scale = *(const float*)(sk + (b % kStages) * kStageBytes + kBlockBytes + row * 4);
             const u32 key = order_key(mine * scale);
             if (key > tau[my_g]) {
@@ -413,8 +492,8 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
     // The final cut, the sort (in the token's whole buffer) and the row.
 #pragma unroll
     for (int g = 0; g < kTokens; ++g) {
-        const int t = t0 + g;
-        if (t >= p.tokens) continue;  // uniform over the CTA
+        const int t = row_t[g];
+        if (t < 0) continue;  // uniform over the CTA
         int n = count[g];
         if (n > TOPK) {
             cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
@@ -437,8 +516,20 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
         for (int i = tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
         __syncthreads();
         sort_positions<SORT>(sorted);
-        i32* out = p.indices + (i64)t * TOPK;
-        for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? sorted[i] : -1;
+        i32* out = indices + (i64)t * TOPK;
+        for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? keys.index_of(sorted[i]) : -1;
         __syncthreads();
     }
+}
+
+template <int H_IDX, int TOPK>
+__global__ void __launch_bounds__(indexer::kThreads, 2)
+    lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
+    indexer_body<H_IDX, TOPK>(ContiguousKeys(p, blockIdx.x), p.q, p.weights, p.indices);
+}
+
+template <int H_IDX, int TOPK>
+__global__ void __launch_bounds__(indexer::kThreads, 2)
+    paged_lightning_indexer_kernel(const __grid_constant__ PagedIndexerParams p) {
+    indexer_body<H_IDX, TOPK>(PagedKeys(p, blockIdx.x), p.q, p.weights, p.indices);
 }

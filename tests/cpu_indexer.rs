@@ -6,10 +6,13 @@
 mod common;
 
 use common::boundary::names;
-use common::indexer::{IndexerScenario, Scores, check_rows, rows_equal_exact};
+use common::indexer::{
+    IndexerScenario, PAGE, PagedScenario, Scores, check_rows, rows_equal_exact, seen,
+};
 use shapeproof::backend::Cpu;
 use shapeproof::dtype::{F8E4M3, e4m3_from_f32, e4m3_to_f32};
-use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer};
+use shapeproof::layout::DeepSeekV32IndexCache;
+use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries};
 use shapeproof::tensor::{Cols, Tensor};
 
 #[test]
@@ -160,5 +163,104 @@ fn flops_count_the_valid_pairs() {
     assert_eq!(
         LightningIndexer::<64, 2048>::flops(1000),
         2.0 * 64.0 * 128.0 * 1000.0
+    );
+}
+
+/// Sequence lengths with every edge: empty, shorter than next_n, one page, shorter than TOPK,
+/// a ragged last page, every page full, and one past the block table (clamped).
+const PAGED_LENS: [i32; 8] = [0, 1, 64, 100, 700, 6 * 64, 333, 1_000_000];
+
+#[test]
+fn paged_rows_are_the_contiguous_rows_of_the_same_keys() {
+    let mut rng = common::rng("paged_rows_are_the_contiguous_rows_of_the_same_keys");
+    let indexer = LightningIndexer::<32, 128>::new();
+    for next_n in 1..=4 {
+        for scores in [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Rising] {
+            let what = format!("next_n {next_n} {scores:?}");
+            let s = PagedScenario::new(&mut rng, 32, &PAGED_LENS, next_n, 6, scores);
+            let got = s.run(&Cpu, &indexer);
+            let flat = s.to_flat(&what, &got, 128);
+            rows_equal_exact(&what, &s.flat, &flat, 128);
+            assert_eq!(flat, s.flat.run(&Cpu, &indexer), "{what}");
+            // Token j of a sequence sees seq_len - next_n + j + 1 positions (clamped).
+            for (b, &len) in PAGED_LENS.iter().enumerate() {
+                for j in 0..next_n {
+                    let row = &flat[(b * next_n + j) * 128..(b * next_n + j + 1) * 128];
+                    let n = row.iter().filter(|&&v| v >= 0).count();
+                    assert_eq!(n, seen(len, next_n, j, 6).min(128), "{what}: b {b} j {j}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pages_outside_the_cache_are_never_selected() {
+    let mut rng = common::rng("pages_outside_the_cache_are_never_selected");
+    let mut s = PagedScenario::new(&mut rng, 64, &[6 * 64, 300], 2, 6, Scores::Rising);
+    // Sequence 0's pages 1 and 4 and sequence 1's page 0 point outside the cache.
+    let pages = s.pages as i32;
+    s.block_table[1] = -7;
+    s.block_table[4] = pages;
+    s.block_table[6] = i32::MAX;
+    let got = s.run(&Cpu, &LightningIndexer::<64, 256>::new());
+    for (t, row) in got.chunks_exact(256).enumerate() {
+        let b = t / 2;
+        let table = &s.block_table[b * 6..(b + 1) * 6];
+        let valid = (0..seen(s.seq_lens[b], 2, t % 2, 6))
+            .filter(|p| (0..pages).contains(&table[p / PAGE]))
+            .count();
+        let n = row.iter().take_while(|&&v| v >= 0).count();
+        assert_eq!(n, valid.min(256), "token {t}");
+        assert!(row[n..].iter().all(|&v| v == -1), "token {t}");
+        for &slot in &row[..n] {
+            let page = slot / PAGE as i32;
+            assert!(
+                table.contains(&page),
+                "token {t}: slot {slot} not in its sequence's pages"
+            );
+        }
+    }
+}
+
+#[test]
+fn paged_extents_that_disagree_are_errors_naming_the_parameter() {
+    const H: usize = 32;
+    let q = |t: usize| {
+        Tensor::<Cpu, F8E4M3, _>::from_host(&Cpu, "q", &vec![e4m3_from_f32(1.0); t * H * 128], t)
+            .unwrap()
+    };
+    let w = |t: usize| {
+        Tensor::<Cpu, f32, Cols<H>>::from_host(&Cpu, "weights", &vec![0.0; t * H], t).unwrap()
+    };
+    let r = |n: usize| Tensor::<Cpu, i32, Cols<1>>::from_host(&Cpu, "r", &vec![0; n], n).unwrap();
+    // B = 3 sequences, next_n 2, max_pages 4.
+    names(
+        PagedIndexerQueries::new(q(6), w(6), r(12), 4, r(3), 0),
+        "next_n",
+    );
+    names(
+        PagedIndexerQueries::new(q(6), w(6), r(12), 4, r(3), 5),
+        "next_n",
+    );
+    names(PagedIndexerQueries::new(q(5), w(6), r(12), 4, r(3), 2), "q");
+    names(
+        PagedIndexerQueries::new(q(6), w(4), r(12), 4, r(3), 2),
+        "weights",
+    );
+    names(
+        PagedIndexerQueries::new(q(6), w(6), r(11), 4, r(3), 2),
+        "block_table",
+    );
+    names(
+        PagedIndexerQueries::new(q(0), w(0), r(0), usize::MAX / 2, r(0), 2),
+        "max_pages",
+    );
+    let queries = PagedIndexerQueries::new(q(6), w(6), r(12), 4, r(3), 2).unwrap();
+    let cache = DeepSeekV32IndexCache::<Cpu>::zeros(&Cpu, 2).unwrap();
+    let mut out: Tensor<Cpu, i32, Cols<128>> = Tensor::filled(&Cpu, 5, 0).unwrap();
+    names(
+        LightningIndexer::<H, 128>::new().run_paged(&Cpu, &queries, &cache, &mut out),
+        "indices",
     );
 }

@@ -67,6 +67,12 @@ where
 {
 }
 
+fn index_cache_page<const P: usize>()
+where
+    Dim<P>: IndexCachePage,
+{
+}
+
 fn head_tile<const H: usize>()
 where
     Dim<H>: HeadTile + PadsTo<H>,
@@ -144,4 +150,7 @@ fn table_edges_are_honest() {
     assert_not_impl_any!(Dim<128>: MlaCachePage);
     assert_not_impl_any!(Dim<64>: MlaScaleGroup);
     assert_not_impl_any!(Dim<256>: MlaScaleGroup);
+    // The index-key cache: the MLA cache's pages of 64 tokens.
+    assert_not_impl_any!(Dim<32>: IndexCachePage);
+    assert_not_impl_any!(Dim<128>: IndexCachePage);
 }

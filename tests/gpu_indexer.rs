@@ -7,12 +7,16 @@
 //! and its set must equal the exact top-k except within `LOGIT_RTOL` (2^-12) of the row's
 //! largest product magnitude around the TOPK-th logit (`tests/common/indexer.rs`: the FP8 tensor
 //! cores sum 128 exact products in f32). Two runs give the same bytes.
+//! The paged form (decode, MTP verify) over shuffled pages with garbage block-table tails,
+//! next_n 1 to 4, sequences empty, shorter than next_n, shorter than TOPK, ragged, full and past
+//! the block table: its slots, mapped back to positions, pass the same checks against the same
+//! keys in rows; pages outside the cache are never selected.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
 mod common;
 
-use common::indexer::{IndexerScenario, Scores, check_rows, garbage};
+use common::indexer::{IndexerScenario, PAGE, PagedScenario, Scores, check_rows, garbage, seen};
 use shapeproof::backend::{Cpu, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::ops::indexer::LightningIndexer;
@@ -98,4 +102,92 @@ fn no_keys_gives_rows_of_minus_one() {
     s.s_kv = 0;
     let got = s.run(&cuda, &LightningIndexer::<32, 128>::new());
     assert!(got.iter().all(|&v| v == -1));
+}
+
+fn paged_case<const H: usize, const TOPK: usize>(
+    lens: &[i32],
+    next_n: usize,
+    max_pages: usize,
+    scores: Scores,
+) where
+    Dim<H>: IndexerHeads,
+    Dim<TOPK>: IndexerTopk,
+{
+    let cuda = gpu();
+    let what = format!("paged H {H} TOPK {TOPK} next_n {next_n} max_pages {max_pages} {scores:?}");
+    let mut rng = common::rng(&what);
+    let s = PagedScenario::new(&mut rng, H, lens, next_n, max_pages, scores);
+    let indexer = LightningIndexer::<H, TOPK>::new();
+    let got = s.run(&cuda, &indexer);
+    let flat = s.to_flat(&what, &got, TOPK);
+    let differing = check_rows(&what, &s.flat, &flat, TOPK);
+    let cpu = s.run(&Cpu, &indexer);
+    let tokens = lens.len() * next_n;
+    let same_as_cpu = (0..tokens)
+        .filter(|&t| got[t * TOPK..(t + 1) * TOPK] == cpu[t * TOPK..(t + 1) * TOPK])
+        .count();
+    eprintln!(
+        "{what}: {differing} rows differ from the exact set inside the band, {same_as_cpu}/{tokens} rows equal the CPU's"
+    );
+    assert_eq!(s.run(&cuda, &indexer), got, "{what}: a second run differs");
+}
+
+#[test]
+fn paged_every_next_n() {
+    let lens = [0, 1, 64, 100, 700, 6 * 64, 333, 1_000_000, 2500, 5000];
+    for next_n in 1..=4 {
+        for scores in [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Rising] {
+            paged_case::<64, 256>(&lens, next_n, 80, scores);
+        }
+    }
+}
+
+#[test]
+fn paged_long_sequences_topk_2048() {
+    // A decode batch at long context: 20k and 9k positions, shuffled pages.
+    paged_case::<64, 2048>(&[20000, 9000, 2047, 2049], 2, 320, Scores::Noise);
+    paged_case::<64, 2048>(&[20000, 9000], 1, 320, Scores::Rising);
+    paged_case::<32, 2048>(&[16000, 3000, 0], 3, 256, Scores::Peaked);
+    paged_case::<32, 512>(&[8000, 600, 1], 4, 128, Scores::Ties);
+}
+
+#[test]
+fn paged_pages_outside_the_cache_are_never_selected() {
+    let cuda = gpu();
+    let mut rng = common::rng("paged_pages_outside_the_cache_are_never_selected");
+    let mut s = PagedScenario::new(&mut rng, 64, &[6 * 64, 300, 1000], 2, 16, Scores::Rising);
+    let pages = s.pages as i32;
+    for (i, bad) in [
+        (1, -7),
+        (4, pages),
+        (16, i32::MAX),
+        (33, i32::MIN),
+        (40, pages + 1),
+    ] {
+        s.block_table[i] = bad;
+    }
+    let indexer = LightningIndexer::<64, 256>::new();
+    let got = s.run(&cuda, &indexer);
+    let cpu = s.run(&Cpu, &indexer);
+    for (t, row) in got.chunks_exact(256).enumerate() {
+        let b = t / 2;
+        let table = &s.block_table[b * 16..(b + 1) * 16];
+        let valid = (0..seen(s.seq_lens[b], 2, t % 2, 16))
+            .filter(|p| (0..pages).contains(&table[p / PAGE]))
+            .count();
+        let n = row.iter().take_while(|&&v| v >= 0).count();
+        assert_eq!(n, valid.min(256), "token {t}");
+        assert!(row[n..].iter().all(|&v| v == -1), "token {t}");
+        for &slot in &row[..n] {
+            assert!(
+                table[..].contains(&(slot / PAGE as i32)),
+                "token {t}: slot {slot} not in its sequence's pages"
+            );
+        }
+        let cpu_n = cpu[t * 256..(t + 1) * 256]
+            .iter()
+            .take_while(|&&v| v >= 0)
+            .count();
+        assert_eq!(n, cpu_n, "token {t}: as many slots as the CPU");
+    }
 }

@@ -4,7 +4,8 @@
 #![cfg(feature = "nvrtc-tests")]
 
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
-use shapeproof::ops::indexer::LightningIndexerKernel;
+use shapeproof::ops::index_cache::IndexKeyStoreKernel;
+use shapeproof::ops::indexer::{LightningIndexerKernel, PagedLightningIndexerKernel};
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
 use shapeproof::ops::sparse_mla_decode::{SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel};
 
@@ -61,6 +62,15 @@ fn lightning_indexer() {
     compiles::<LightningIndexerKernel<32, 2048>>();
     compiles::<LightningIndexerKernel<32, 512>>();
     compiles::<LightningIndexerKernel<32, 128>>();
+    compiles::<PagedLightningIndexerKernel<64, 2048>>();
+    compiles::<PagedLightningIndexerKernel<64, 256>>();
+    compiles::<PagedLightningIndexerKernel<32, 2048>>();
+    compiles::<PagedLightningIndexerKernel<32, 512>>();
+}
+
+#[test]
+fn index_cache() {
+    compiles::<IndexKeyStoreKernel<64>>();
 }
 
 #[test]

@@ -81,6 +81,9 @@ pub const MLA_DECODE_HEADS: [usize; 5] = [8, 16, 32, 64, 128];
 pub const MLA_CACHE_PAGE: usize = 64;
 /// Latent channels that share one f32 scale in the FP8 sparse MLA cache.
 pub const MLA_SCALE_GROUP: usize = 128;
+/// Tokens of one page of the lightning indexer's paged key cache (the pages of the FP8 sparse
+/// MLA cache: one block table serves both).
+pub const INDEX_CACHE_PAGE: usize = 64;
 /// Tensor-parallel degrees the tables cover, ascending.
 pub const TP_DEGREES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// Largest attention-head (or KV-head) count the tensor-parallel tables cover.
@@ -113,6 +116,7 @@ pub const CONSTANTS: &[(&str, &[usize])] = &[
     ("MLA_DECODE_HEADS", &MLA_DECODE_HEADS),
     ("MLA_CACHE_PAGE", &[MLA_CACHE_PAGE]),
     ("MLA_SCALE_GROUP", &[MLA_SCALE_GROUP]),
+    ("INDEX_CACHE_PAGE", &[INDEX_CACHE_PAGE]),
     ("TP_DEGREES", &TP_DEGREES),
     ("MAX_HEADS", &[MAX_HEADS]),
 ];
@@ -577,6 +581,19 @@ pub const MLA_SCALE_GROUP_WIDTH: Rule = Rule {
     model_fix: None,
 };
 
+/// A page size of the lightning indexer's paged key cache.
+pub const INDEX_CACHE_PAGE_SIZE: Rule = Rule {
+    name: "IndexCachePage",
+    param: None,
+    doc: "A page size of the lightning indexer's paged key cache: {INDEX_CACHE_PAGE} tokens, the pages of the FP8\nsparse MLA cache, so that one block table addresses both.",
+    values: Values::Set(&[INDEX_CACHE_PAGE]),
+    message: "index-key cache pages of `{value}` tokens are not supported",
+    label: "the index-key cache has pages of PAGE = {INDEX_CACHE_PAGE} tokens",
+    reason: "a page of the index-key cache is one 64-key block of the paged indexer (its keys one contiguous tile, then their scales), and the cache shares its block table with the FP8 sparse MLA cache's {MLA_CACHE_PAGE}-token pages",
+    fix: "use `IndexKeyCache<B, {INDEX_CACHE_PAGE}>` (`DeepSeekV32IndexCache<B>`)",
+    model_fix: None,
+};
+
 /// Every rule, in the order of `shapeproof::rules`.
 pub const CATALOGUE: &[Rule] = &[
     MXFP8_WIDTH,
@@ -597,6 +614,7 @@ pub const CATALOGUE: &[Rule] = &[
     DECODE_HEADS,
     MLA_CACHE_PAGE_SIZE,
     MLA_SCALE_GROUP_WIDTH,
+    INDEX_CACHE_PAGE_SIZE,
 ];
 
 impl Rule {

@@ -8,6 +8,7 @@
 
 pub(crate) mod checked;
 pub mod counter;
+pub mod index_cache;
 pub mod indexer;
 pub mod mla_cache;
 pub mod mxfp8_quantize;

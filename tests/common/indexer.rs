@@ -5,9 +5,10 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
 use shapeproof::dtype::{F8E4M3, e4m3_to_f32};
+use shapeproof::layout::{IndexKeyCache, index_key_offsets};
 use shapeproof::ops::indexer::{
-    INDEX_HEAD_DIM, IndexKeys, IndexerQueries, LightningIndexer, RunIndexer, indexer_logit,
-    order_key,
+    INDEX_HEAD_DIM, IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, RunIndexer,
+    indexer_logit, order_key,
 };
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -320,4 +321,173 @@ pub fn rows_equal_exact(what: &str, s: &IndexerScenario, got: &[i32], topk: usiz
             "{what}: token {t}"
         );
     }
+}
+
+/// Tokens of an index-cache page.
+pub const PAGE: usize = 64;
+
+/// A paged indexer call (decode, MTP verify) on the host, built from a contiguous scenario
+/// `flat` that holds the same keys in rows: position `s` of sequence `b` is row `base[b] + s`
+/// of `flat`, and token `(b, j)` of the paged call is token `b · next_n + j` of `flat` with the
+/// range `[base[b], base[b] + seen(b, j))`. The pages of all sequences are shuffled over the
+/// cache (with spare pages of random bytes between them), and the block-table entries past a
+/// sequence's last page are garbage (never read: no position reaches them).
+pub struct PagedScenario {
+    pub flat: IndexerScenario,
+    pub batch: usize,
+    pub next_n: usize,
+    pub max_pages: usize,
+    pub pages: usize,
+    pub seq_lens: Vec<i32>,    // [B]
+    pub block_table: Vec<i32>, // [B, max_pages]
+    pub cache: Vec<u8>,        // [pages, 64 · 132]
+    pub base: Vec<usize>,      // [B] first row of each sequence in `flat`
+    /// The (sequence, page number) each cache page holds, or none for a spare page.
+    pub owner: Vec<Option<(usize, usize)>>,
+}
+
+impl PagedScenario {
+    /// Sequences of the given lengths (`seq_lens`, which may be 0, shorter than `next_n`, or
+    /// past `64 · max_pages`), each holding `min(ceil(len / 64), max_pages)` pages.
+    pub fn new(
+        rng: &mut StdRng,
+        heads: usize,
+        seq_lens: &[i32],
+        next_n: usize,
+        max_pages: usize,
+        scores: Scores,
+    ) -> Self {
+        let batch = seq_lens.len();
+        let used: Vec<usize> = seq_lens
+            .iter()
+            .map(|&l| (l.max(0) as usize).div_ceil(PAGE).min(max_pages))
+            .collect();
+        let mut base = Vec::with_capacity(batch);
+        let mut rows = 0;
+        for &u in &used {
+            base.push(rows);
+            rows += u * PAGE;
+        }
+        // The same key distributions as the prefill's scenarios, over all sequences' rows.
+        let tokens = batch * next_n;
+        let mut flat =
+            IndexerScenario::causal(rng, heads, tokens, rows.saturating_sub(tokens), 1, scores);
+        assert_eq!(flat.s_kv, rows.max(tokens));
+        flat.s_kv = rows;
+        flat.k.truncate(rows * D);
+        flat.k_scale.truncate(rows);
+        for b in 0..batch {
+            for j in 0..next_n {
+                let seen = seen(seq_lens[b], next_n, j, max_pages);
+                flat.key_start[b * next_n + j] = base[b] as i32;
+                flat.key_end[b * next_n + j] = (base[b] + seen) as i32;
+            }
+        }
+        // Pages: every used page and a few spare ones, shuffled.
+        let spare = 3;
+        let pages = used.iter().sum::<usize>() + spare;
+        let mut order: Vec<Option<(usize, usize)>> = (0..batch)
+            .flat_map(|b| (0..used[b]).map(move |i| Some((b, i))))
+            .chain(std::iter::repeat_n(None, spare))
+            .collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.random_range(0..=i));
+        }
+        let mut block_table: Vec<i32> = (0..batch * max_pages).map(|_| rng.random()).collect();
+        let mut cache = super::random_bytes(rng, pages * PAGE * (D + 4));
+        for (page, owner) in order.iter().enumerate() {
+            let Some((b, i)) = *owner else { continue };
+            block_table[b * max_pages + i] = page as i32;
+            for r in 0..PAGE {
+                let row = base[b] + i * PAGE + r;
+                let (key_at, scale_at) = index_key_offsets::<PAGE>(page * PAGE + r);
+                for c in 0..D {
+                    cache[key_at + c] = flat.k[row * D + c].to_bits();
+                }
+                cache[scale_at..scale_at + 4].copy_from_slice(&flat.k_scale[row].to_le_bytes());
+            }
+        }
+        Self {
+            flat,
+            batch,
+            next_n,
+            max_pages,
+            pages,
+            seq_lens: seq_lens.to_vec(),
+            block_table,
+            cache,
+            base,
+            owner: order,
+        }
+    }
+
+    /// Runs the paged indexer on `backend` into a poisoned `[B · next_n, TOPK]` output and
+    /// returns its rows (cache slots).
+    pub fn run<B: RunIndexer, const H: usize, const TOPK: usize>(
+        &self,
+        backend: &B,
+        indexer: &LightningIndexer<H, TOPK>,
+    ) -> Vec<i32> {
+        let tokens = self.batch * self.next_n;
+        let queries = PagedIndexerQueries::new(
+            Tensor::from_host(backend, "q", &self.flat.q, tokens).unwrap(),
+            Tensor::from_host(backend, "weights", &self.flat.weights, tokens).unwrap(),
+            Tensor::from_host(
+                backend,
+                "block_table",
+                &self.block_table,
+                self.block_table.len(),
+            )
+            .unwrap(),
+            self.max_pages,
+            Tensor::from_host(backend, "seq_lens", &self.seq_lens, self.batch).unwrap(),
+            self.next_n,
+        )
+        .unwrap();
+        let cache = IndexKeyCache::<B, PAGE>::from_tensor(
+            Tensor::from_host(backend, "cache", &self.cache, self.pages).unwrap(),
+        )
+        .unwrap();
+        let mut indices: Tensor<B, i32, Cols<TOPK>> =
+            Tensor::filled(backend, tokens, POISON).unwrap();
+        indexer
+            .run_paged(backend, &queries, &cache, &mut indices)
+            .unwrap();
+        indices.to_host(backend).unwrap()
+    }
+
+    /// Paged rows (cache slots) as rows of `flat` (-1 kept): a slot must lie in a page of the
+    /// row's own sequence.
+    pub fn to_flat(&self, what: &str, got: &[i32], topk: usize) -> Vec<i32> {
+        got.chunks_exact(topk)
+            .enumerate()
+            .flat_map(|(t, row)| {
+                let b = t / self.next_n;
+                row.iter()
+                    .map(|&slot| {
+                        if slot == -1 {
+                            return -1;
+                        }
+                        assert!(
+                            slot >= 0 && (slot as usize) < self.pages * PAGE,
+                            "{what}: token {t}: slot {slot} outside the cache"
+                        );
+                        let (page, offset) = (slot as usize / PAGE, slot as usize % PAGE);
+                        match self.owner[page] {
+                            Some((owner, i)) if owner == b => (self.base[b] + i * PAGE + offset) as i32,
+                            other => panic!(
+                                "{what}: token {t} of sequence {b}: slot {slot} is in page {page}, held by {other:?}"
+                            ),
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+/// The positions token `j` of a sequence of length `seq_len` sees: `[0, seq_len − next_n + j
+/// + 1)` clamped to `[0, 64 · max_pages]`.
+pub fn seen(seq_len: i32, next_n: usize, j: usize, max_pages: usize) -> usize {
+    (seq_len as i64 - next_n as i64 + j as i64 + 1).clamp(0, (max_pages * PAGE) as i64) as usize
 }

@@ -5,6 +5,7 @@
 pub mod boundary;
 #[cfg(feature = "candle")]
 pub mod candle;
+pub mod index_cache;
 pub mod indexer;
 pub mod mla_cache;
 pub mod prologue;

@@ -99,3 +99,102 @@ impl<B: Backend, S: Storage<B>> IndexKeys<B, S> {
         self.k.rows() == 0
     }
 }
+
+checked_struct! {
+    /// The query side of one paged indexer call (decode, MTP verify): `rows = B · next_n` query
+    /// tokens (each sequence's `next_n` newest tokens, flattened), with each sequence's block
+    /// table and length, tied to one `(B, next_n, max_pages)`.
+    ///
+    /// The fields are private: the tie made by [`new`](Self::new) holds until the tensors are
+    /// given back with [`into_parts`](Self::into_parts).
+    pub struct PagedIndexerQueries [const H_IDX] []
+    impl where []
+    {
+        /// Index queries, `[B · next_n, H_IDX, 128]` e4m3.
+        q: tensor(F8E4M3, IndexQRow<H_IDX>) / q_mut,
+        /// Head weights, `[B · next_n, H_IDX]` f32, with the q scales and the softmax scale
+        /// folded in.
+        weights: tensor(f32, Cols<H_IDX>) / weights_mut,
+        /// Each sequence's pages in the index-key cache, `[B, max_pages]` row-major (entry
+        /// `(b, i)` holds positions `64 i .. 64 i + 64`); an entry outside the cache is no page
+        /// and its positions are never selected.
+        block_table: tensor(i32, Scalar) / block_table_mut,
+        /// Each sequence's length including its `next_n` new tokens, `[B]` (clamped to
+        /// `[0, 64 · max_pages]` on the device).
+        seq_lens: tensor(i32, Scalar) / seq_lens_mut,
+        /// Columns of the block table, `max_pages`.
+        max_pages: value(usize),
+        /// Query tokens a sequence, `next_n` (1 ..= 4).
+        next_n: value(usize),
+    }
+    /// The tensors of a [`PagedIndexerQueries`], given back by
+    /// [`PagedIndexerQueries::into_parts`].
+    parts PagedIndexerQueryParts;
+    /// The queries as the call reads them.
+    slices PagedIndexerQuerySlices: read;
+}
+
+/// Query tokens a sequence the paged indexer takes: the decode token and up to three MTP
+/// draft tokens.
+pub const MAX_NEXT_N: usize = 4;
+
+impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX, S> {
+    /// Ties q and the weights (`B · next_n` rows), the block table (`B · max_pages` entries)
+    /// and the lengths (`B`) to one batch. `next_n` is 1 ..= 4; `64 · max_pages` positions
+    /// must be addressable by an i32.
+    pub fn new(
+        q: Tensor<B, F8E4M3, IndexQRow<H_IDX>, S>,
+        weights: Tensor<B, f32, Cols<H_IDX>, S>,
+        block_table: Tensor<B, i32, Scalar, S>,
+        max_pages: usize,
+        seq_lens: Tensor<B, i32, Scalar, S>,
+        next_n: usize,
+    ) -> Result<Self> {
+        if !(1..=MAX_NEXT_N).contains(&next_n) {
+            return Err(Error::Value {
+                param: "next_n",
+                value: next_n as i64,
+                range: format!("1 ..= {MAX_NEXT_N}"),
+            });
+        }
+        let page = shapeproof_rules::INDEX_CACHE_PAGE;
+        let most_pages = i32::MAX as usize / page;
+        if max_pages > most_pages {
+            return Err(Error::Value {
+                param: "max_pages",
+                value: max_pages as i64,
+                range: format!("0 ..= {most_pages} ({page} · max_pages positions within i32)"),
+            });
+        }
+        let batch = seq_lens.rows();
+        Error::to_i32("B", batch)?;
+        let rows = Error::elements("B · next_n", batch, next_n)?;
+        q.expect_rows("q", "B · next_n (seq_lens × next_n)", rows)?;
+        weights.expect_rows("weights", "B · next_n (seq_lens × next_n)", rows)?;
+        let entries = Error::elements("B · max_pages", batch, max_pages)?;
+        block_table.expect_rows(
+            "block_table",
+            "B · max_pages (seq_lens × max_pages)",
+            entries,
+        )?;
+        Error::to_i32("B · next_n", rows)?;
+        Ok(Self {
+            q,
+            weights,
+            block_table,
+            seq_lens,
+            max_pages,
+            next_n,
+        })
+    }
+
+    /// Query tokens, `B · next_n`.
+    pub fn tokens(&self) -> usize {
+        self.q.rows()
+    }
+
+    /// Sequences, `B`.
+    pub fn batch(&self) -> usize {
+        self.seq_lens.rows()
+    }
+}

@@ -4,10 +4,11 @@
 use rayon::prelude::*;
 
 use super::INDEX_HEAD_DIM;
-use super::launch::{IndexerCall, IndexerEntry};
+use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall};
 use crate::backend::Cpu;
 use crate::dtype::{F8E4M3, e4m3_to_f32};
 use crate::error::Result;
+use crate::layout::{INDEX_KEY_DIM, index_key_offsets};
 
 /// The CPU reference runs the op.
 impl super::RunIndexer for Cpu {}
@@ -93,6 +94,72 @@ impl IndexerEntry for Cpu {
             });
         Ok(())
     }
+
+    unsafe fn paged_lightning_indexer<const H_IDX: usize, const TOPK: usize, const PAGE: usize>(
+        &self,
+        call: PagedIndexerCall<'_, Cpu>,
+    ) -> Result<()> {
+        paged_reference::<H_IDX, TOPK, PAGE>(call);
+        Ok(())
+    }
+}
+
+/// The positions token `j` of a sequence of length `seq_len` sees in a paged call:
+/// `[0, seq_len − next_n + j + 1)` clamped to `[0, 64 · max_pages]`, as the kernel clamps it.
+pub(crate) fn paged_range(seq_len: i32, next_n: usize, j: usize, positions: usize) -> usize {
+    let end = seq_len as i64 - next_n as i64 + j as i64 + 1;
+    end.clamp(0, positions as i64) as usize
+}
+
+/// The paged reference: each token's logits over its sequence's positions whose page lies in
+/// the cache, the same exact selection, positions turned into slots at the end.
+pub(crate) fn paged_reference<const H_IDX: usize, const TOPK: usize, const PAGE: usize>(
+    call: PagedIndexerCall<'_, Cpu>,
+) {
+    let PagedIndexerCall {
+        pages,
+        queries,
+        cache,
+        indices,
+        ..
+    } = call;
+    let (max_pages, next_n) = (queries.max_pages, queries.next_n);
+    let width = H_IDX * INDEX_HEAD_DIM;
+    let lut: [f32; 256] = std::array::from_fn(|b| e4m3_to_f32(float8::F8E4M3::from_bits(b as u8)));
+    indices
+        .par_chunks_mut(TOPK)
+        .enumerate()
+        .for_each(|(t, row)| {
+            let (b, j) = (t / next_n, t % next_n);
+            let table = &queries.block_table[b * max_pages..(b + 1) * max_pages]; // [max_pages]
+            let hi = paged_range(queries.seq_lens[b], next_n, j, max_pages * PAGE);
+            let q = decode(&queries.q[t * width..(t + 1) * width]); // [H_IDX, 128]
+            let w = &queries.weights[t * H_IDX..(t + 1) * H_IDX];
+            let slot_of = |s: usize| {
+                let page = table[s / PAGE];
+                (page >= 0 && (page as usize) < pages).then(|| page as usize * PAGE + s % PAGE)
+            };
+            let mut scored: Vec<(u32, i32)> = (0..hi)
+                .filter_map(|s| {
+                    let slot = slot_of(s)?;
+                    let (key_at, scale_at) = index_key_offsets::<PAGE>(slot);
+                    let k: Vec<f32> = cache[key_at..key_at + INDEX_KEY_DIM]
+                        .iter()
+                        .map(|&byte| lut[byte as usize])
+                        .collect();
+                    let scale = f32::from_le_bytes(
+                        cache[scale_at..scale_at + 4].try_into().expect("4 bytes"),
+                    );
+                    Some((order_key(indexer_logit(&q, w, &k, scale)), s as i32))
+                })
+                .collect();
+            select_top(&mut scored, TOPK);
+            for (i, out) in row.iter_mut().enumerate() {
+                *out = scored.get(i).map_or(-1, |&(_, s)| {
+                    slot_of(s as usize).expect("a selected position has a page") as i32
+                });
+            }
+        });
 }
 
 /// Keeps the `topk` best of `(order key, position)` pairs (larger key first, then the lower

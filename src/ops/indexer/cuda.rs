@@ -3,12 +3,14 @@
 
 use std::marker::PhantomData;
 
-use super::launch::{IndexerCall, IndexerEntry};
-use super::{IndexKeys, IndexerQueries, LightningIndexer, RunIndexer};
+use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall};
+use super::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, RunIndexer};
 use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
 use crate::dim::Dim;
 use crate::error::Result;
+use crate::layout::IndexKeyCache;
+use crate::rules::IndexCachePage;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
 /// Threads per CTA: one warpgroup (`indexer::kThreads`).
@@ -28,6 +30,22 @@ crate::param_block! {
         indices: u64,
         tokens: i32,
         s_kv: i32,
+    }
+}
+
+crate::param_block! {
+    /// The paged kernel's parameter block (`struct PagedIndexerParams`), field for field.
+    pub struct PagedIndexerParams {
+        q: u64,
+        weights: u64,
+        block_table: u64,
+        seq_lens: u64,
+        cache: u64,
+        indices: u64,
+        batch: i32,
+        next_n: i32,
+        max_pages: i32,
+        pages: i32,
     }
 }
 
@@ -64,6 +82,23 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
     type Params = IndexerParams;
     fn instantiation() -> String {
         format!("lightning_indexer_kernel<{H_IDX}, {TOPK}>")
+    }
+}
+
+/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: the same CTA over a sequence's pages, two of
+/// its `next_n` tokens a CTA.
+pub struct PagedLightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
+    PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
+);
+
+impl<const H_IDX: usize, const TOPK: usize> CudaKernel
+    for PagedLightningIndexerKernel<H_IDX, TOPK>
+{
+    const SOURCE: &'static str = LightningIndexerKernel::<H_IDX, TOPK>::SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = indexer_smem_bytes(H_IDX, TOPK);
+    type Params = PagedIndexerParams;
+    fn instantiation() -> String {
+        format!("paged_lightning_indexer_kernel<{H_IDX}, {TOPK}>")
     }
 }
 
@@ -108,6 +143,48 @@ impl IndexerEntry for Cuda {
         // q, weights or indices at or past `tokens`.
         unsafe { args.launch::<LightningIndexerKernel<H_IDX, TOPK>>(shape, &params) }
     }
+
+    unsafe fn paged_lightning_indexer<const H_IDX: usize, const TOPK: usize, const PAGE: usize>(
+        &self,
+        call: PagedIndexerCall<'_, Cuda>,
+    ) -> Result<()> {
+        let PagedIndexerCall {
+            tokens,
+            batch,
+            pages,
+            queries,
+            cache,
+            mut indices,
+        } = call;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let mut args = DeviceArgs::new(self)?;
+        let params = PagedIndexerParams {
+            q: args.read_vectors("q", &queries.q)?,
+            weights: args.read("weights", &queries.weights)?,
+            block_table: args.read("block_table", &queries.block_table)?,
+            seq_lens: args.read("seq_lens", &queries.seq_lens)?,
+            cache: args.read_vectors("index_cache", &cache)?,
+            indices: args.write("indices", &mut indices)?,
+            batch: batch as i32,
+            next_n: queries.next_n as i32,
+            max_pages: queries.max_pages as i32,
+            pages: pages as i32,
+        };
+        let per_sequence = queries.next_n.div_ceil(TOKENS_PER_CTA);
+        let shape = LaunchShape {
+            grid: ((batch * per_sequence) as u32, 1, 1),
+            block: (THREADS, 1, 1),
+            smem_bytes: indexer_smem_bytes(H_IDX, TOPK),
+        };
+        // SAFETY: q holds B·next_n × H_IDX × 128 bytes, weights B·next_n × H_IDX, the block
+        // table B × max_pages entries, seq_lens B, the cache pages × 8448 bytes and indices
+        // B·next_n × TOPK (tied by the checked queries and `run_paged`); the kernel clamps
+        // every range to [0, 64 · max_pages], reads a page only when its entry lies in
+        // [0, pages), and touches no row at or past B · next_n.
+        unsafe { args.launch::<PagedLightningIndexerKernel<H_IDX, TOPK>>(shape, &params) }
+    }
 }
 
 impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
@@ -122,5 +199,27 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
         indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()> {
         graph.record(|cuda: &B| self.run(cuda, queries, keys, indices))
+    }
+
+    /// Records the same call as [`run_paged`](Self::run_paged) into a CUDA graph (after the same
+    /// checks): the graph borrows the queries, the cache and `indices` until it is dropped.
+    pub fn record_paged<
+        'g,
+        B: RunIndexer + IsCuda,
+        const PAGE: usize,
+        SQ: Storage<B>,
+        SK: Storage<B>,
+        SO: StorageMut<B>,
+    >(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        queries: &'g PagedIndexerQueries<B, H_IDX, SQ>,
+        cache: &'g IndexKeyCache<B, PAGE, SK>,
+        indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
+    ) -> Result<()>
+    where
+        Dim<PAGE>: IndexCachePage,
+    {
+        graph.record(|cuda: &B| self.run_paged(cuda, queries, cache, indices))
     }
 }

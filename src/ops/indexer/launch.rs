@@ -1,7 +1,7 @@
 //! The launch layer: the checked call as plain slices, and the sealed entry that takes it.
 //! The module is private, so neither can be named, built or called from outside the crate.
 
-use super::args::{IndexKeySlices, IndexerQuerySlices};
+use super::args::{IndexKeySlices, IndexerQuerySlices, PagedIndexerQuerySlices};
 use crate::backend::Backend;
 use crate::error::Result;
 
@@ -12,6 +12,16 @@ pub struct IndexerCall<'a, B: Backend> {
     pub(crate) queries: IndexerQuerySlices<'a, B>, // q [T, H_IDX, 128], weights [T, H_IDX], ranges [T]
     pub(crate) keys: IndexKeySlices<'a, B>,        // k [s_kv, 128], k_scale [s_kv]
     pub(crate) indices: B::SliceMut<'a, i32>,      // [T, TOPK]
+}
+
+/// One checked paged call; extents in the comments. Made only by `LightningIndexer::run_paged`.
+pub struct PagedIndexerCall<'a, B: Backend> {
+    pub(crate) tokens: usize, // query tokens B · next_n
+    pub(crate) batch: usize,  // sequences B
+    pub(crate) pages: usize,  // pages of the cache
+    pub(crate) queries: PagedIndexerQuerySlices<'a, B>, // q [B·next_n, H_IDX, 128], weights [B·next_n, H_IDX], block_table [B, max_pages], seq_lens [B]
+    pub(crate) cache: B::Slice<'a, u8>,                 // [pages, PAGE · 132]
+    pub(crate) indices: B::SliceMut<'a, i32>,           // [B · next_n, TOPK]
 }
 
 /// The per-backend entry: the private supertrait of [`RunIndexer`](super::RunIndexer).
@@ -25,5 +35,17 @@ pub trait IndexerEntry: Backend + Sized {
     unsafe fn lightning_indexer<const H_IDX: usize, const TOPK: usize>(
         &self,
         call: IndexerCall<'_, Self>,
+    ) -> Result<()>;
+
+    /// Selects one checked paged call's top-k cache slots.
+    ///
+    /// # Safety
+    /// `call` was assembled by `LightningIndexer::run_paged`: the rules hold as above and
+    /// `PAGE` is 64; the slices hold the extents in `PagedIndexerCall`'s comments; `next_n` is
+    /// 1 ..= 4, `tokens`, `batch` and `64 · max_pages` are at most `i32::MAX`, the cache's slots
+    /// too.
+    unsafe fn paged_lightning_indexer<const H_IDX: usize, const TOPK: usize, const PAGE: usize>(
+        &self,
+        call: PagedIndexerCall<'_, Self>,
     ) -> Result<()>;
 }

@@ -5,6 +5,12 @@
 //! [`LightningIndexer::run`] writes a `Tensor<B, i32, Cols<TOPK>>`, which
 //! [`SparseMlaInputs::new`](crate::ops::sparse_mla::SparseMlaInputs::new) accepts as it is.
 //!
+//! [`LightningIndexer::run_paged`] is the decode form: the `next_n` newest tokens of each
+//! sequence score the keys of its earlier positions in a paged [`IndexKeyCache`] (written by
+//! [`IndexKeyStore`](crate::ops::index_cache::IndexKeyStore)), and the rows it writes are cache
+//! slots, the indices [`SparseMlaDecode`](crate::ops::sparse_mla_decode::SparseMlaDecode)
+//! takes.
+//!
 //! The selection is exact and deterministic: ties go to the lower position, the positions of a
 //! row are written in ascending order, and -1 fills the row where fewer positions are valid. A
 //! logit orders as its f32 value with -0 below +0 and NaN below every number.
@@ -18,18 +24,24 @@ mod cpu;
 mod cuda;
 mod launch;
 
-pub use args::{IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts};
+pub use args::{
+    IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts, MAX_NEXT_N, PagedIndexerQueries,
+    PagedIndexerQueryParts,
+};
 pub use cpu::{indexer_logit, order_key};
-pub use cuda::{LightningIndexerKernel, indexer_candidates, indexer_smem_bytes};
+pub use cuda::{
+    LightningIndexerKernel, PagedLightningIndexerKernel, indexer_candidates, indexer_smem_bytes,
+};
 
 use std::marker::PhantomData;
 
 use crate::backend::Backend;
 use crate::dim::Dim;
 use crate::error::Result;
-use crate::rules::{IndexerHeads, IndexerTopk};
+use crate::layout::IndexKeyCache;
+use crate::rules::{IndexCachePage, IndexerHeads, IndexerTopk};
 use crate::tensor::{Cols, RowShape, Storage, StorageMut, Tensor};
-use launch::IndexerCall;
+use launch::{IndexerCall, PagedIndexerCall};
 
 /// Channels of one index head and of one index key: the e4m3 bytes of a key row.
 pub const INDEX_HEAD_DIM: usize = shapeproof_rules::INDEX_HEAD_DIM;
@@ -89,6 +101,46 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
                 s_kv: keys.len(),
                 queries: queries.slices(),
                 keys: keys.slices(),
+                indices: indices.as_slice_mut(),
+            })
+        }
+    }
+
+    /// Selects every query token's top-`TOPK` cache slots into `indices` (`[B · next_n, TOPK]`,
+    /// one row a query token, a sequence's `next_n` rows together): token `j` of sequence `b`
+    /// scores positions `[0, seq_lens[b] − next_n + j + 1)` (clamped to `[0, 64 · max_pages]`),
+    /// position `s` being offset `s % 64` of page `block_table[b, s / 64]` of `cache`; a page
+    /// outside the cache holds no key and its positions are never selected. A row holds the
+    /// chosen positions' slots (`page · 64 + s % 64`) by ascending position, then -1.
+    pub fn run_paged<
+        B: RunIndexer,
+        const PAGE: usize,
+        SQ: Storage<B>,
+        SK: Storage<B>,
+        SO: StorageMut<B>,
+    >(
+        &self,
+        backend: &B,
+        queries: &PagedIndexerQueries<B, H_IDX, SQ>,
+        cache: &IndexKeyCache<B, PAGE, SK>,
+        indices: &mut Tensor<B, i32, Cols<TOPK>, SO>,
+    ) -> Result<()>
+    where
+        Dim<PAGE>: IndexCachePage,
+    {
+        let tokens = queries.tokens();
+        indices.expect_rows("indices", "query tokens (B · next_n, as q)", tokens)?;
+        // SAFETY: the rules hold (`new`'s bounds and this method's); the queries tie q, the
+        // weights, the block table and the lengths to one (B, next_n, max_pages) with next_n in
+        // 1 ..= 4 and every count within i32, the cache holds `pages` pages of slots within
+        // i32, and `indices` has a row for every query token.
+        unsafe {
+            backend.paged_lightning_indexer::<H_IDX, TOPK, PAGE>(PagedIndexerCall {
+                tokens,
+                batch: queries.batch(),
+                pages: cache.pages(),
+                queries: queries.slices(),
+                cache: cache.slice(),
                 indices: indices.as_slice_mut(),
             })
         }

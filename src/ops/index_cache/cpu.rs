@@ -1,0 +1,45 @@
+//! CPU reference of [`super::IndexKeyStore`]: the format's host encoder
+//! (`crate::layout::index_cache`), token by token.
+
+use super::launch::{IndexCacheEntry, IndexStoreCall};
+use crate::backend::Cpu;
+use crate::dtype::bf16;
+use crate::error::Result;
+use crate::layout::{INDEX_KEY_DIM, index_key_encode, index_key_offsets};
+
+/// The CPU reference runs the op.
+impl super::RunIndexCache for Cpu {}
+
+impl IndexCacheEntry for Cpu {
+    unsafe fn index_key_store<const PAGE: usize>(
+        &self,
+        call: IndexStoreCall<'_, Cpu>,
+    ) -> Result<()> {
+        let IndexStoreCall {
+            slots,
+            rows,
+            cache,
+            skipped,
+            ..
+        } = call;
+        let mut skipped = skipped;
+        let keys = rows.k.chunks_exact(INDEX_KEY_DIM); // [T, 128]
+        for (key, &loc) in keys.zip(rows.loc) {
+            if loc < 0 {
+                continue;
+            }
+            if loc as u64 >= slots as u64 {
+                if let Some(count) = skipped.as_mut() {
+                    count[0] = count[0].wrapping_add(1);
+                }
+                continue;
+            }
+            let key: &[bf16; INDEX_KEY_DIM] = key.try_into().expect("128 values");
+            let (bytes, scale) = index_key_encode(key);
+            let (key_at, scale_at) = index_key_offsets::<PAGE>(loc as usize);
+            cache[key_at..key_at + INDEX_KEY_DIM].copy_from_slice(&bytes);
+            cache[scale_at..scale_at + 4].copy_from_slice(&scale.to_le_bytes());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! The lightning indexer's paged key cache, written (docs/kernels/indexer.md §6):
+//! [`IndexKeyStore`] quantizes a step's index keys into their slots of an [`IndexKeyCache`],
+//! which [`LightningIndexer::run_paged`](crate::ops::indexer::LightningIndexer::run_paged)
+//! reads.
+//!
+//! The store is exact: the GPU writes the bytes the CPU reference writes. Slots not named are
+//! never touched; a slot past the cache is skipped and counted.
+//!
+//! Files: this module the op type and its `run`; `args.rs` the checked keys; `launch.rs` the
+//! call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch (and the CUDA-only
+//! `record`).
+
+mod args;
+mod cpu;
+mod cuda;
+mod launch;
+
+pub use args::{IndexKeyRowParts, IndexKeyRows};
+pub use cuda::IndexKeyStoreKernel;
+
+use std::marker::PhantomData;
+
+use crate::backend::Backend;
+use crate::dim::Dim;
+use crate::error::Result;
+use crate::layout::IndexKeyCache;
+use crate::ops::counter::ErrorCounter;
+use crate::rules::IndexCachePage;
+use crate::tensor::{Storage, StorageMut};
+
+/// Writes tokens' index keys into an index-key cache of pages of `PAGE` tokens (64: DeepSeek
+/// V3.2's and GLM-5's).
+#[derive(Clone, Copy, Debug)]
+pub struct IndexKeyStore<const PAGE: usize> {
+    _dims: PhantomData<Dim<PAGE>>,
+}
+
+/// A backend that can write the index-key cache: the CPU reference and CUDA. Sealed: its entry
+/// takes calls only [`IndexKeyStore::run`] can assemble.
+pub trait RunIndexCache: Backend + Sized + launch::IndexCacheEntry {}
+
+impl<const PAGE: usize> IndexKeyStore<PAGE> {
+    /// The store. Checked: the cache's page size.
+    pub fn new() -> Self
+    where
+        Dim<PAGE>: IndexCachePage,
+    {
+        Self { _dims: PhantomData }
+    }
+
+    /// Quantizes every token's key of `rows` into its slot `loc[t]` of `cache`
+    /// (docs/kernels/indexer.md §6): the key's e4m3 bytes and its power-of-two scale
+    /// ([`index_key_encode`](crate::layout::index_key_encode)). A negative `loc` is not stored;
+    /// a `loc` at or past the cache's slots is not stored and is counted in `skipped` (when
+    /// given). Slots no token names keep their bytes. Two tokens of one call naming the same
+    /// slot leave it holding bytes of either (on the CPU: the later token's).
+    pub fn run<B: RunIndexCache, SR: Storage<B>, SC: StorageMut<B>>(
+        &self,
+        backend: &B,
+        rows: &IndexKeyRows<B, SR>,
+        cache: &mut IndexKeyCache<B, PAGE, SC>,
+        skipped: Option<&mut ErrorCounter<B>>,
+    ) -> Result<()> {
+        // SAFETY: the rule holds (`new`'s bound: pages of 64 slots); `rows` ties k and loc to
+        // T ≤ i32::MAX tokens and the cache holds `slots` ≤ i32::MAX slots (both checked when
+        // made); the counter is one value.
+        unsafe {
+            backend.index_key_store::<PAGE>(launch::IndexStoreCall {
+                tokens: rows.tokens(),
+                slots: cache.slots(),
+                rows: rows.slices(),
+                cache: cache.slice_mut(),
+                skipped: skipped.map(|c| c.slice_mut()),
+            })
+        }
+    }
+}

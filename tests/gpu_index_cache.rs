@@ -1,0 +1,68 @@
+//! The index-key cache store on the GPU: the cache is the CPU reference's bytes exactly (every
+//! byte of the whole poisoned cache compared, so a slot no token names stays as it was), and
+//! the skipped-slot counts agree. Token counts that do not fill a block, one token, no token,
+//! tens of thousands of tokens; awkward keys (zeros, NaN, huge, tiny, power-of-two boundaries,
+//! under the floor), padding and slots past the cache; a recorded store replays to the same
+//! bytes. Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
+#![cfg(feature = "gpu-tests")]
+
+mod common;
+
+use common::index_cache::{IndexStoreScenario, PAGE, assert_same_cache};
+use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::layout::DeepSeekV32IndexCache;
+use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
+use shapeproof::tensor::Tensor;
+
+fn gpu() -> Cuda {
+    Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
+}
+
+fn case(pages: usize, tokens: usize) {
+    let what = format!("pages {pages} tokens {tokens}");
+    let mut rng = common::rng(&what);
+    let s = IndexStoreScenario::new(&mut rng, pages, tokens);
+    let (got, got_skipped) = s.run(&gpu());
+    let (want, want_skipped) = s.run(&Cpu);
+    assert_same_cache(&what, &got, &want);
+    assert_eq!(got_skipped, s.bad_loc(), "{what}");
+    assert_eq!(want_skipped, s.bad_loc(), "{what}");
+}
+
+#[test]
+fn the_store_matches_the_cpu_byte_for_byte() {
+    case(4, 203);
+    case(1, 1);
+    case(2, 9);
+    case(3, 0);
+}
+
+#[test]
+fn a_large_cache() {
+    case(1024, 50000);
+}
+
+#[test]
+fn a_recorded_store_replays_to_the_same_bytes() {
+    let g = gpu();
+    let mut rng = common::rng("a_recorded_store_replays_to_the_same_bytes");
+    let s = IndexStoreScenario::new(&mut rng, 4, 150);
+    let (want, _) = s.run(&Cpu);
+    let mut cache =
+        DeepSeekV32IndexCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
+    let rows = IndexKeyRows::new(
+        Tensor::from_host(&g, "k", &s.k, s.tokens()).unwrap(),
+        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
+    )
+    .unwrap();
+    let store = IndexKeyStore::<PAGE>::new();
+    let mut recorder = g.record_graph().unwrap();
+    store
+        .record(&mut recorder, &rows, &mut cache, None)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    assert_same_cache("recorded store", &cache.bytes().to_host(&g).unwrap(), &want);
+}
