@@ -24,7 +24,9 @@ use shapeproof::dtype::F8E4M3;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_ROW_BYTES};
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
-use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries};
+use shapeproof::ops::indexer::{
+    IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, PagedIndexerWorkspace,
+};
 use shapeproof::rules::{IndexerHeads, IndexerTopk};
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -152,10 +154,13 @@ fn bench_paged<const H: usize, const TOPK: usize>(
     )
     .unwrap();
     let mut indices: Tensor<Cuda, i32, Cols<TOPK>> = Tensor::zeros(g, rows).unwrap();
+    let mut workspace =
+        PagedIndexerWorkspace::<Cuda, TOPK>::new(g, batch, next_n, per_seq).unwrap();
+    let splits = workspace.splits();
     let indexer = LightningIndexer::<H, TOPK>::new();
     let us = time_us(g, 2, 7, |_| {
         indexer
-            .run_paged(g, &queries, &cache, &mut indices)
+            .run_paged(g, &queries, &cache, &mut workspace, &mut indices)
             .unwrap()
     });
     let cache_bytes = (batch * seq_len * INDEX_KEY_ROW_BYTES) as f64;
@@ -165,7 +170,7 @@ fn bench_paged<const H: usize, const TOPK: usize>(
         .sum();
     let tflops = LightningIndexer::<H, TOPK>::flops(pairs) / (us * 1e-6) / 1e12;
     println!(
-        "| ({batch}, {next_n}, {seq_len}, {H}, {TOPK}) | {us:.1} | {gbs:.0} | {:.0}% | {tflops:.0} |",
+        "| ({batch}, {next_n}, {seq_len}, {H}, {TOPK}) | {splits} | {us:.1} | {gbs:.0} | {:.0}% | {tflops:.0} |",
         gbs / copy_gbs * 100.0
     );
     records.push(Record {
@@ -176,6 +181,7 @@ fn bench_paged<const H: usize, const TOPK: usize>(
             ("seq_len", seq_len as f64),
             ("heads", H as f64),
             ("topk", TOPK as f64),
+            ("splits", splits as f64),
             ("us", us),
             ("gbs", gbs),
             ("of_copy", gbs / copy_gbs),
@@ -255,8 +261,10 @@ fn main() {
     bench::<64, 2048>(&g, &mut rng, 4096, 65536, limit, &mut records);
     bench::<32, 2048>(&g, &mut rng, 32768, 0, limit, &mut records);
     bench::<64, 2048>(&g, &mut rng, 4096, 8192, limit, &mut records);
-    println!("\n| paged (B, next_n, seq_len, H_IDX, TOPK) | µs | cache GB/s | of copy | TFLOP/s |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "\n| paged (B, next_n, seq_len, H_IDX, TOPK) | splits | µs | cache GB/s | of copy | TFLOP/s |"
+    );
+    println!("|---|---|---|---|---|---|");
     bench_paged::<64, 2048>(&g, &mut rng, 128, 2, 65536, copy, &mut records);
     bench_paged::<64, 2048>(&g, &mut rng, 8, 2, 65536, copy, &mut records);
     bench_paged::<64, 2048>(&g, &mut rng, 1, 2, 65536, copy, &mut records);

@@ -18,7 +18,7 @@ use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use shapeproof::layout::{DeepSeekV32IndexCache, DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore, RunIndexCache};
-use shapeproof::ops::indexer::{PagedIndexerQueries, RunIndexer};
+use shapeproof::ops::indexer::{PagedIndexerQueries, PagedIndexerWorkspace, RunIndexer};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows, RunMlaCache};
 use shapeproof::ops::sparse_mla_decode::{DecodeQueries, RunDecode};
 use shapeproof::tensor::{Cols, Tensor};
@@ -158,9 +158,11 @@ fn select<B: RunIndexer>(
         NEXT_N,
     )
     .unwrap();
+    // Made once per batch shape in an engine; here the shape never changes, so any step's will do.
+    let mut workspace = PagedIndexerWorkspace::new(b, 1, NEXT_N, seq.block_table.len()).unwrap();
     let mut rows: Tensor<B, i32, Cols<{ ds::TOPK }>> = Tensor::filled(b, NEXT_N, -7).unwrap();
     ds::Indexer::new()
-        .run_paged(b, &queries, &caches.index, &mut rows)
+        .run_paged(b, &queries, &caches.index, &mut workspace, &mut rows)
         .unwrap();
     rows.to_host(b).unwrap()
 }

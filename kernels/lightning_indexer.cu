@@ -44,10 +44,33 @@ struct PagedIndexerParams {
     const i32* seq_lens;      // [B] each sequence's length, its next_n new tokens included
     const u8* cache;          // [pages, 8448]
     i32* indices;             // [B * next_n, TOPK] out: cache slots by ascending position, then -1
+    u32* part_keys;           // [B * next_n, splits, TOPK] out when split: a split's best order keys
+    i32* part_pos;            // [B * next_n, splits, TOPK] out when split: their positions
+    i32* part_count;          // [B * next_n, splits] out when split: how many a split holds
     i32 batch;                // B
     i32 next_n;               // query tokens a sequence, 1 ..= 4
     i32 max_pages;            // columns of the block table
     i32 pages;                // pages of the cache
+    i32 blocks_per_split;     // 64-position blocks of a split (gridDim.y splits cover max_pages)
+};
+
+// Parameters of one merge of split lists. Mirrored by `IndexerMergeParams` in
+// src/ops/indexer/cuda.rs. A CTA (row, group) merges lists [group * FAN, group * FAN + FAN) of
+// its row into one list (or, at the last level, into the row of indices).
+struct IndexerMergeParams {
+    const u32* in_keys;       // [rows, lists, TOPK]
+    const i32* in_pos;        // [rows, lists, TOPK]
+    const i32* in_count;      // [rows, lists]
+    u32* out_keys;            // [rows, ceil(lists / FAN), TOPK] (not the last level)
+    i32* out_pos;             // [rows, ceil(lists / FAN), TOPK] (not the last level)
+    i32* out_count;           // [rows, ceil(lists / FAN)] (not the last level)
+    const i32* block_table;   // [B, max_pages] (the last level: positions to slots)
+    i32* indices;             // [rows, TOPK] (the last level)
+    i32 rows;                 // B * next_n
+    i32 lists;                // lists a row holds
+    i32 next_n;
+    i32 max_pages;
+    i32 last;                 // 1: write indices; 0: write merged lists
 };
 
 namespace indexer {
@@ -102,15 +125,20 @@ __device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 des
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// Count over the CTA of the threads' `c`, one barrier (two scratch slots alternate).
+// Count over the CTA (WARPS warps) of the threads' `c`, one barrier (two scratch slots of WARPS
+// alternate).
+template <int WARPS = 4>
 __device__ __forceinline__ int block_sum(int c, int* red, int& parity) {
     const int warp = threadIdx.x >> 5;
     c = __reduce_add_sync(0xffffffffu, c);
-    int* slot = red + parity * 4;
+    int* slot = red + parity * WARPS;
     if ((threadIdx.x & 31) == 0) slot[warp] = c;
     parity ^= 1;
     __syncthreads();
-    return slot[0] + slot[1] + slot[2] + slot[3];
+    int sum = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += slot[w];
+    return sum;
 }
 
 // The `rank`-th largest (1-based) of the values v[e] where live[e], over the CTA: the largest x
@@ -198,12 +226,12 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
     return tau;
 }
 
-// Sorts pos[0 .. P) ascending (P a power of two), by the CTA (bitonic).
-template <int P>
+// Sorts pos[0 .. P) ascending (P a power of two), by the CTA of THREADS threads (bitonic).
+template <int P, int THREADS = kThreads>
 __device__ void sort_positions(i32* pos) {
     for (int k = 2; k <= P; k <<= 1) {
         for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = threadIdx.x; i < P; i += kThreads) {
+            for (int i = threadIdx.x; i < P; i += THREADS) {
                 const int partner = i ^ j;
                 if (partner > i) {
                     const i32 a = pos[i], b = pos[partner];
@@ -252,25 +280,47 @@ struct ContiguousKeys {
     }
     __device__ bool present(int) const { return true; }
     __device__ i32 index_of(int s) const { return s; }
+    template <int TOPK>
+    __device__ bool write_partial(int, const u32*, const i32*, int) const { return false; }
 };
 
 // Decode / MTP verify: a CTA takes tokens j0, j0 + 1 of sequence `seq` (its next_n tokens split
 // over ceil(next_n / 2) CTAs); token j sees positions [0, seq_len - next_n + j + 1), clamped to
 // [0, 64 max_pages]. Position s is offset s % 64 of page block_table[seq][s / 64]; a page
 // outside [0, pages) holds no key. The row written is the cache slot, page * 64 + s % 64.
+//
+// Split (gridDim.y > 1: a batch too small to fill the GPU): CTA (c, y) takes the positions of
+// blocks [y * blocks_per_split, (y + 1) * blocks_per_split) and writes each token's best TOPK of
+// them (order keys and positions, unsorted) and their count to its split's list; the merge
+// kernel selects the row from the lists.
 struct PagedKeys {
     const PagedIndexerParams& p;
-    int seq, j0;
-    __device__ PagedKeys(const PagedIndexerParams& params, int cta) : p(params) {
+    int seq, j0, split, chunk_lo, chunk_hi;
+    __device__ PagedKeys(const PagedIndexerParams& params, int cta, int y) : p(params), split(y) {
         const int per = (p.next_n + indexer::kTokens - 1) / indexer::kTokens;
         seq = cta / per;
         j0 = (cta % per) * indexer::kTokens;
+        const i64 blocks = (i64)p.max_pages;
+        chunk_lo = (int)min((i64)y * p.blocks_per_split, blocks) * indexer::kBlock;
+        chunk_hi = (int)min((i64)(y + 1) * p.blocks_per_split, blocks) * indexer::kBlock;
     }
     __device__ int row(int g) const { return j0 + g < p.next_n ? seq * p.next_n + j0 + g : -1; }
     __device__ void range(int g, int& a, int& b) const {
         const i64 end = (i64)p.seq_lens[seq] - p.next_n + j0 + g + 1;
-        a = 0;
-        b = (int)min(max(end, (i64)0), (i64)p.max_pages * indexer::kBlock);
+        a = chunk_lo;
+        b = (int)min(max(end, (i64)chunk_lo), (i64)chunk_hi);
+    }
+    // A split's list: the n best (keys, positions) of row t in any order, and n.
+    template <int TOPK>
+    __device__ bool write_partial(int t, const u32* keys, const i32* pos, int n) const {
+        if (gridDim.y == 1) return false;
+        const i64 list = (i64)t * gridDim.y + split;
+        for (int i = threadIdx.x; i < n; i += indexer::kThreads) {
+            p.part_keys[list * TOPK + i] = keys[i];
+            p.part_pos[list * TOPK + i] = pos[i];
+        }
+        if (threadIdx.x == 0) p.part_count[list] = n;
+        return true;
     }
     __device__ int page(int s) const {
         return p.block_table[(i64)seq * p.max_pages + s / indexer::kBlock];
@@ -499,6 +549,10 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
             n = TOPK;
         }
+        if (keys.template write_partial<TOPK>(t, cand_key(g), cand_pos(g), n)) {
+            __syncthreads();  // the list is read before the next token's cut reuses the scratch
+            continue;
+        }
         i32* sorted = (i32*)cand_key(g);  // the keys are done with: SORT <= 2 * CAP slots
         const i32* pos = cand_pos(g);
         i32 mine[(CAP + kThreads - 1) / kThreads];
@@ -531,5 +585,160 @@ __global__ void __launch_bounds__(indexer::kThreads, 2)
 template <int H_IDX, int TOPK>
 __global__ void __launch_bounds__(indexer::kThreads, 2)
     paged_lightning_indexer_kernel(const __grid_constant__ PagedIndexerParams p) {
-    indexer_body<H_IDX, TOPK>(PagedKeys(p, blockIdx.x), p.q, p.weights, p.indices);
+    indexer_body<H_IDX, TOPK>(PagedKeys(p, blockIdx.x, blockIdx.y), p.q, p.weights, p.indices);
+}
+
+namespace indexer {
+constexpr int kMergeThreads = 512;
+constexpr int kMergeWarps = kMergeThreads / 32;
+// Candidates a merge CTA holds: FAN lists of TOPK (FAN = kMergeCandidates / TOPK).
+constexpr int kMergeCandidates = 16384;
+
+// Shared memory of a merge CTA: the candidates (keys, positions), the sorted row, a 256-bin
+// histogram and the scratch. Mirrored by `indexer_merge_smem_bytes` in src/ops/indexer/cuda.rs.
+__host__ __device__ constexpr int merge_smem_bytes(int topk) {
+    return (kMergeCandidates / topk) * topk * 8 + pow2_at_least(topk) * 4 + 256 * 4 + 16 * 4;
+}
+
+// The rank-th largest (1-based) of the values get(i) of the entries i < n with live(i), over the
+// CTA, one byte at a time from the top: a 256-bin histogram of the entries that match the digits
+// found so far, and the bin where the count from the top reaches the rank left.
+template <int THREADS, class Get, class Live>
+__device__ u32 radix_kth(int n, int rank, Get get, Live live, int* hist, int* found) {
+    u32 prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += THREADS) hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += THREADS) {
+            const u32 v = get(i);
+            if (live(i) && (v & mask) == prefix) atomicAdd(hist + ((v >> shift) & 255), 1);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            // Lane l sums bins 255 - 8l .. 248 - 8l (from the top), then the lanes scan.
+            const int lane = threadIdx.x;
+            int mine = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mine += hist[255 - 8 * lane - j];
+            int incl = mine;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int o = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d) incl += o;
+            }
+            const int before = incl - mine;  // entries in the bins above lane l's
+            const bool here = before < rank && incl >= rank;
+            if (here) {
+                int acc = before;
+                for (int j = 0; j < 8; ++j) {
+                    const int bin = 255 - 8 * lane - j;
+                    if (acc + hist[bin] >= rank) {
+                        found[0] = bin;
+                        found[1] = rank - acc;  // the rank left inside the bin
+                        break;
+                    }
+                    acc += hist[bin];
+                }
+            }
+        }
+        __syncthreads();
+        prefix |= (u32)found[0] << shift;
+        mask |= 255u << shift;
+        rank = found[1];
+        __syncthreads();  // found[] read before the next digit's writes
+    }
+    return prefix;
+}
+}  // namespace indexer
+
+// Merges split lists of the paged indexer (header: IndexerMergeParams). The lists of a row hold
+// disjoint positions, each list the exact best TOPK of its positions, so the best TOPK of their
+// union is the row's. 512 threads; candidates in shared memory; one radix selection of the
+// TOPK-th key and, when it ties, one of the positions to keep among the ties.
+template <int TOPK>
+__global__ void __launch_bounds__(indexer::kMergeThreads, 1)
+    paged_indexer_merge_kernel(const __grid_constant__ IndexerMergeParams p) {
+    using namespace indexer;
+    constexpr int FAN = kMergeCandidates / TOPK;
+    constexpr int C = FAN * TOPK;
+    constexpr int SORT = pow2_at_least(TOPK);
+    constexpr int T = kMergeThreads;
+    extern __shared__ __align__(16) u8 smem[];
+    u32* keys = (u32*)smem;                 // [C]
+    i32* pos = (i32*)(keys + C);            // [C]
+    i32* sorted = pos + C;                  // [SORT]
+    int* hist = sorted + SORT;              // [256]
+    int* misc = hist + 256;                 // [0..2) found, [2] kept, [3] total
+    const int row = blockIdx.x, group = blockIdx.y;
+    const int first = group * FAN;
+    const int here = min(FAN, p.lists - first);
+    const i64 base = (i64)row * p.lists + first;  // the group's first list
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int l = 0; l < here; ++l) total += p.in_count[base + l];
+        misc[2] = 0;
+        misc[3] = total;
+    }
+    for (int i = threadIdx.x; i < C; i += T) {
+        const int l = i / TOPK, e = i % TOPK;
+        const bool live = l < here && e < p.in_count[base + (l < here ? l : 0)];
+        keys[i] = live ? p.in_keys[(base + l) * TOPK + e] : 0u;  // 0: below every order key
+        pos[i] = live ? p.in_pos[(base + l) * TOPK + e] : 0x7fffffff;
+    }
+    __syncthreads();
+    const int total = misc[3];
+    u32 tau = 0, tie_cut = 0;
+    bool cut = total > TOPK;
+    if (cut) {
+        tau = radix_kth<T>(C, TOPK, [&](int i) { return keys[i]; }, [&](int i) { return keys[i] != 0u; },
+                           hist, misc);
+        int gt = 0, eq = 0;
+        for (int i = threadIdx.x; i < C; i += T) {
+            gt += keys[i] > tau ? 1 : 0;
+            eq += keys[i] == tau ? 1 : 0;
+        }
+        int parity = 0;
+        gt = block_sum<kMergeWarps>(gt, hist, parity);
+        eq = block_sum<kMergeWarps>(eq, hist, parity);
+        __syncthreads();  // the sums are read before the histogram is reused
+        const int need = TOPK - gt;
+        if (eq > need) {
+            tie_cut = radix_kth<T>(C, need, [&](int i) { return ~(u32)pos[i]; },
+                                   [&](int i) { return keys[i] == tau; }, hist, misc);
+        }
+    }
+    // The kept entries, in any order (the row is sorted after; a list needs no order).
+    for (int i = threadIdx.x; i < C; i += T) {
+        const u32 k = keys[i];
+        const bool keep = k != 0u && (!cut || k > tau || (k == tau && ~(u32)pos[i] >= tie_cut));
+        if (keep) {
+            const int at = atomicAdd(misc + 2, 1);
+            if (p.last) {
+                sorted[at] = pos[i];
+            } else {
+                const i64 out = (i64)row * gridDim.y + group;
+                p.out_keys[out * TOPK + at] = k;
+                p.out_pos[out * TOPK + at] = pos[i];
+            }
+        }
+    }
+    __syncthreads();
+    const int kept = misc[2];
+    if (!p.last) {
+        if (threadIdx.x == 0) p.out_count[(i64)row * gridDim.y + group] = kept;
+        return;
+    }
+    for (int i = kept + threadIdx.x; i < SORT; i += T) sorted[i] = 0x7fffffff;
+    __syncthreads();
+    sort_positions<SORT, T>(sorted);
+    const int seq = row / p.next_n;
+    i32* out = p.indices + (i64)row * TOPK;
+    for (int i = threadIdx.x; i < TOPK; i += T) {
+        if (i < kept) {
+            const int s = sorted[i];
+            out[i] = p.block_table[(i64)seq * p.max_pages + s / kBlock] * kBlock + s % kBlock;
+        } else {
+            out[i] = -1;
+        }
+    }
 }

@@ -12,7 +12,9 @@ use common::indexer::{
 use shapeproof::backend::Cpu;
 use shapeproof::dtype::{F8E4M3, e4m3_from_f32, e4m3_to_f32};
 use shapeproof::layout::DeepSeekV32IndexCache;
-use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries};
+use shapeproof::ops::indexer::{
+    IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, PagedIndexerWorkspace,
+};
 use shapeproof::tensor::{Cols, Tensor};
 
 #[test]
@@ -258,9 +260,27 @@ fn paged_extents_that_disagree_are_errors_naming_the_parameter() {
     );
     let queries = PagedIndexerQueries::new(q(6), w(6), r(12), 4, r(3), 2).unwrap();
     let cache = DeepSeekV32IndexCache::<Cpu>::zeros(&Cpu, 2).unwrap();
+    let indexer = LightningIndexer::<H, 128>::new();
+    let mut ws = PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, 3, 2, 4).unwrap();
     let mut out: Tensor<Cpu, i32, Cols<128>> = Tensor::filled(&Cpu, 5, 0).unwrap();
     names(
-        LightningIndexer::<H, 128>::new().run_paged(&Cpu, &queries, &cache, &mut out),
+        indexer.run_paged(&Cpu, &queries, &cache, &mut ws, &mut out),
         "indices",
     );
+    // A workspace made for another batch shape.
+    let mut out: Tensor<Cpu, i32, Cols<128>> = Tensor::filled(&Cpu, 6, 0).unwrap();
+    for (b, n, pages) in [(2, 2, 4), (3, 1, 4), (3, 2, 5)] {
+        let mut other = PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, b, n, pages).unwrap();
+        names(
+            indexer.run_paged(&Cpu, &queries, &cache, &mut other, &mut out),
+            "workspace",
+        );
+    }
+    names(
+        PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, 3, 0, 4),
+        "next_n",
+    );
+    indexer
+        .run_paged(&Cpu, &queries, &cache, &mut ws, &mut out)
+        .unwrap();
 }

@@ -152,6 +152,14 @@ fn paged_long_sequences_topk_2048() {
 }
 
 #[test]
+fn paged_full_batch_is_not_split() {
+    // 300 sequences of one token: more pairs than two CTAs a SM, one CTA each, no merge.
+    let lens: Vec<i32> = (0..300).map(|b: i32| 1 + b * 37 % 900).collect();
+    paged_case::<64, 256>(&lens, 1, 15, Scores::Noise);
+    paged_case::<32, 128>(&lens, 1, 15, Scores::Ties);
+}
+
+#[test]
 fn paged_pages_outside_the_cache_are_never_selected() {
     let cuda = gpu();
     let mut rng = common::rng("paged_pages_outside_the_cache_are_never_selected");

@@ -5,7 +5,9 @@
 
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
 use shapeproof::ops::index_cache::IndexKeyStoreKernel;
-use shapeproof::ops::indexer::{LightningIndexerKernel, PagedLightningIndexerKernel};
+use shapeproof::ops::indexer::{
+    LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
+};
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
 use shapeproof::ops::sparse_mla_decode::{SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel};
 
@@ -66,6 +68,11 @@ fn lightning_indexer() {
     compiles::<PagedLightningIndexerKernel<64, 256>>();
     compiles::<PagedLightningIndexerKernel<32, 2048>>();
     compiles::<PagedLightningIndexerKernel<32, 512>>();
+    compiles::<PagedLightningIndexerKernel<32, 128>>();
+    compiles::<PagedIndexerMergeKernel<2048>>();
+    compiles::<PagedIndexerMergeKernel<512>>();
+    compiles::<PagedIndexerMergeKernel<256>>();
+    compiles::<PagedIndexerMergeKernel<128>>();
 }
 
 #[test]

@@ -7,8 +7,8 @@ use rand_distr::{Distribution, Normal};
 use shapeproof::dtype::{F8E4M3, e4m3_to_f32};
 use shapeproof::layout::{IndexKeyCache, index_key_offsets};
 use shapeproof::ops::indexer::{
-    INDEX_HEAD_DIM, IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, RunIndexer,
-    indexer_logit, order_key,
+    INDEX_HEAD_DIM, IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries,
+    PagedIndexerWorkspace, RunIndexer, indexer_logit, order_key,
 };
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -448,11 +448,15 @@ impl PagedScenario {
             Tensor::from_host(backend, "cache", &self.cache, self.pages).unwrap(),
         )
         .unwrap();
+        let mut workspace =
+            PagedIndexerWorkspace::<B, TOPK>::new(backend, self.batch, self.next_n, self.max_pages)
+                .unwrap();
         let mut indices: Tensor<B, i32, Cols<TOPK>> =
             Tensor::filled(backend, tokens, POISON).unwrap();
         indexer
-            .run_paged(backend, &queries, &cache, &mut indices)
+            .run_paged(backend, &queries, &cache, &mut workspace, &mut indices)
             .unwrap();
+        eprintln!("paged call: {} split(s) a query pair", workspace.splits());
         indices.to_host(backend).unwrap()
     }
 

@@ -198,3 +198,111 @@ impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX
         self.seq_lens.rows()
     }
 }
+
+/// The paged indexer's scratch for one batch shape: where a batch too small to fill the GPU
+/// keeps each split's best candidates between the scoring kernel and the merges. Made once for
+/// `(B, next_n, max_pages)` (as an engine makes its attention metadata) and reused by every
+/// call of that shape, so a call allocates nothing and can be recorded into a CUDA graph.
+///
+/// The fields are private: the plan and the buffers' extents stay what `new` made them.
+pub struct PagedIndexerWorkspace<B: Backend, const TOPK: usize> {
+    pub(crate) batch: usize,
+    pub(crate) next_n: usize,
+    pub(crate) max_pages: usize,
+    /// How the positions are split: `splits` CTAs a query pair, `blocks_per_split` pages each.
+    pub(crate) splits: usize,
+    pub(crate) blocks_per_split: usize,
+    /// Split lists, `[B · next_n, splits, TOPK]` order keys and positions, `[B · next_n,
+    /// splits]` counts (one element each when not split).
+    pub(crate) keys: Tensor<B, u32, Scalar>,
+    pub(crate) pos: Tensor<B, i32, Scalar>,
+    pub(crate) count: Tensor<B, i32, Scalar>,
+    /// Merged lists, `[B · next_n, ceil(splits / FAN), TOPK]` and counts.
+    pub(crate) merged_keys: Tensor<B, u32, Scalar>,
+    pub(crate) merged_pos: Tensor<B, i32, Scalar>,
+    pub(crate) merged_count: Tensor<B, i32, Scalar>,
+}
+
+impl<B: super::RunIndexer, const TOPK: usize> PagedIndexerWorkspace<B, TOPK> {
+    /// The scratch of calls over `batch` sequences of `next_n` query tokens and block tables of
+    /// `max_pages` columns, planned for `backend` (the CPU reference needs none).
+    pub fn new(backend: &B, batch: usize, next_n: usize, max_pages: usize) -> Result<Self> {
+        if !(1..=MAX_NEXT_N).contains(&next_n) {
+            return Err(Error::Value {
+                param: "next_n",
+                value: next_n as i64,
+                range: format!("1 ..= {MAX_NEXT_N}"),
+            });
+        }
+        let rows = Error::elements("B · next_n", batch, next_n)?;
+        let pairs = batch * next_n.div_ceil(2);
+        let plan = backend.paged_indexer_plan(pairs, max_pages, TOPK);
+        let (splits, blocks_per_split) = (plan.splits, plan.blocks_per_split);
+        let (lists, merged) = if splits > 1 {
+            (
+                Error::elements("workspace lists", rows, splits)?,
+                Error::elements("workspace lists", rows, plan.merged_lists)?,
+            )
+        } else {
+            (0, 0)
+        };
+        let entries = |lists: usize| Error::elements("workspace entries", lists.max(1), TOPK);
+        Ok(Self {
+            batch,
+            next_n,
+            max_pages,
+            splits,
+            blocks_per_split,
+            keys: Tensor::zeros(backend, entries(lists)?)?,
+            pos: Tensor::zeros(backend, entries(lists)?)?,
+            count: Tensor::zeros(backend, lists.max(1))?,
+            merged_keys: Tensor::zeros(backend, entries(merged)?)?,
+            merged_pos: Tensor::zeros(backend, entries(merged)?)?,
+            merged_count: Tensor::zeros(backend, merged.max(1))?,
+        })
+    }
+
+    /// Splits of a query pair's positions (1: not split).
+    pub fn splits(&self) -> usize {
+        self.splits
+    }
+
+    /// The scratch as a call uses it.
+    pub(crate) fn slices_mut(&mut self) -> super::launch::PagedWorkspaceSlices<'_, B> {
+        super::launch::PagedWorkspaceSlices {
+            splits: self.splits,
+            blocks_per_split: self.blocks_per_split,
+            keys: self.keys.as_slice_mut(),
+            pos: self.pos.as_slice_mut(),
+            count: self.count.as_slice_mut(),
+            merged_keys: self.merged_keys.as_slice_mut(),
+            merged_pos: self.merged_pos.as_slice_mut(),
+            merged_count: self.merged_count.as_slice_mut(),
+        }
+    }
+
+    /// Checks that `queries` has the batch shape this scratch was made for.
+    pub(crate) fn check<const H_IDX: usize, S: Storage<B>>(
+        &self,
+        queries: &PagedIndexerQueries<B, H_IDX, S>,
+    ) -> Result<()> {
+        Error::check_extent(
+            "workspace",
+            "sequences B (as seq_lens)",
+            queries.batch(),
+            self.batch,
+        )?;
+        Error::check_extent(
+            "workspace",
+            "next_n (as the queries)",
+            queries.next_n(),
+            self.next_n,
+        )?;
+        Error::check_extent(
+            "workspace",
+            "max_pages (as the queries)",
+            queries.max_pages(),
+            self.max_pages,
+        )
+    }
+}

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::INDEX_HEAD_DIM;
-use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall};
+use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall, PagedPlan};
 use crate::backend::Cpu;
 use crate::dtype::{F8E4M3, e4m3_to_f32};
 use crate::error::Result;
@@ -93,6 +93,15 @@ impl IndexerEntry for Cpu {
                 }
             });
         Ok(())
+    }
+
+    /// The reference selects each row whole: no split, no scratch.
+    fn paged_indexer_plan(&self, _pairs: usize, max_pages: usize, _topk: usize) -> PagedPlan {
+        PagedPlan {
+            splits: 1,
+            blocks_per_split: max_pages,
+            merged_lists: 0,
+        }
     }
 
     unsafe fn paged_lightning_indexer<const H_IDX: usize, const TOPK: usize, const PAGE: usize>(

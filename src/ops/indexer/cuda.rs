@@ -3,8 +3,11 @@
 
 use std::marker::PhantomData;
 
-use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall};
-use super::{IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, RunIndexer};
+use super::launch::{IndexerCall, IndexerEntry, PagedIndexerCall, PagedPlan};
+use super::{
+    IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, PagedIndexerWorkspace,
+    RunIndexer,
+};
 use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
 use crate::dim::Dim;
@@ -42,11 +45,64 @@ crate::param_block! {
         seq_lens: u64,
         cache: u64,
         indices: u64,
+        part_keys: u64,
+        part_pos: u64,
+        part_count: u64,
         batch: i32,
         next_n: i32,
         max_pages: i32,
         pages: i32,
+        blocks_per_split: i32,
     }
+}
+
+crate::param_block! {
+    /// The merge kernel's parameter block (`struct IndexerMergeParams`), field for field.
+    pub struct IndexerMergeParams {
+        in_keys: u64,
+        in_pos: u64,
+        in_count: u64,
+        out_keys: u64,
+        out_pos: u64,
+        out_count: u64,
+        block_table: u64,
+        indices: u64,
+        rows: i32,
+        lists: i32,
+        next_n: i32,
+        max_pages: i32,
+        last: i32,
+    }
+}
+
+/// Threads of a merge CTA (`indexer::kMergeThreads`).
+const MERGE_THREADS: u32 = 512;
+/// Candidates a merge CTA holds (`indexer::kMergeCandidates`).
+const MERGE_CANDIDATES: usize = 16384;
+/// Fewest pages a split takes: fewer, and the merge costs more than the split saves.
+const MIN_BLOCKS_PER_SPLIT: usize = 4;
+
+/// Lists of `topk` candidates one merge CTA merges (`FAN` in the kernel).
+pub const fn merge_fan(topk: usize) -> usize {
+    MERGE_CANDIDATES / topk
+}
+
+/// Dynamic shared memory of a merge CTA (`indexer::merge_smem_bytes`): `FAN · topk` candidates
+/// of 8 bytes, the sorted row (the power of two at or above `topk`, 4 bytes each), a 256-bin
+/// histogram and 16 words of scratch.
+pub const fn indexer_merge_smem_bytes(topk: usize) -> u32 {
+    (merge_fan(topk) * topk * 8 + topk.next_power_of_two() * 4 + 256 * 4 + 16 * 4) as u32
+}
+
+/// The split of a paged call over `pairs` query pairs and block tables of `max_pages` pages on
+/// a GPU of `sms` SMs: enough CTAs for two a SM (the kernel's occupancy), at least
+/// `MIN_BLOCKS_PER_SPLIT` pages a split; a batch that fills the GPU is not split.
+pub fn paged_indexer_split(sms: usize, pairs: usize, max_pages: usize) -> (usize, usize) {
+    let wanted = (2 * sms)
+        .div_ceil(pairs.max(1))
+        .clamp(1, max_pages.div_ceil(MIN_BLOCKS_PER_SPLIT).max(1));
+    let per_split = max_pages.div_ceil(wanted).max(1);
+    (max_pages.div_ceil(per_split).max(1), per_split)
 }
 
 /// Candidates a token holds in the kernel's shared memory (`indexer::cap_for`): `TOPK` and at
@@ -99,6 +155,19 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel
     type Params = PagedIndexerParams;
     fn instantiation() -> String {
         format!("paged_lightning_indexer_kernel<{H_IDX}, {TOPK}>")
+    }
+}
+
+/// `paged_indexer_merge_kernel<TOPK>`: merges `FAN` split lists of a row into one list (or, at
+/// the last level, into the row of slots).
+pub struct PagedIndexerMergeKernel<const TOPK: usize>(PhantomData<Dim<TOPK>>);
+
+impl<const TOPK: usize> CudaKernel for PagedIndexerMergeKernel<TOPK> {
+    const SOURCE: &'static str = LightningIndexerKernel::<64, TOPK>::SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = indexer_merge_smem_bytes(TOPK);
+    type Params = IndexerMergeParams;
+    fn instantiation() -> String {
+        format!("paged_indexer_merge_kernel<{TOPK}>")
     }
 }
 
@@ -155,35 +224,121 @@ impl IndexerEntry for Cuda {
             queries,
             cache,
             mut indices,
+            workspace: mut ws,
         } = call;
         if tokens == 0 {
             return Ok(());
         }
-        let mut args = DeviceArgs::new(self)?;
-        let params = PagedIndexerParams {
-            q: args.read_vectors("q", &queries.q)?,
-            weights: args.read("weights", &queries.weights)?,
-            block_table: args.read("block_table", &queries.block_table)?,
-            seq_lens: args.read("seq_lens", &queries.seq_lens)?,
-            cache: args.read_vectors("index_cache", &cache)?,
-            indices: args.write("indices", &mut indices)?,
-            batch: batch as i32,
-            next_n: queries.next_n as i32,
-            max_pages: queries.max_pages as i32,
-            pages: pages as i32,
-        };
-        let per_sequence = queries.next_n.div_ceil(TOKENS_PER_CTA);
-        let shape = LaunchShape {
-            grid: ((batch * per_sequence) as u32, 1, 1),
-            block: (THREADS, 1, 1),
-            smem_bytes: indexer_smem_bytes(H_IDX, TOPK),
-        };
-        // SAFETY: q holds B·next_n × H_IDX × 128 bytes, weights B·next_n × H_IDX, the block
-        // table B × max_pages entries, seq_lens B, the cache pages × 8448 bytes and indices
-        // B·next_n × TOPK (tied by the checked queries and `run_paged`); the kernel clamps
-        // every range to [0, 64 · max_pages], reads a page only when its entry lies in
-        // [0, pages), and touches no row at or past B · next_n.
-        unsafe { args.launch::<PagedLightningIndexerKernel<H_IDX, TOPK>>(shape, &params) }
+        let splits = ws.splits;
+        {
+            let mut args = DeviceArgs::new(self)?;
+            let params = PagedIndexerParams {
+                q: args.read_vectors("q", &queries.q)?,
+                weights: args.read("weights", &queries.weights)?,
+                block_table: args.read("block_table", &queries.block_table)?,
+                seq_lens: args.read("seq_lens", &queries.seq_lens)?,
+                cache: args.read_vectors("index_cache", &cache)?,
+                indices: args.write("indices", &mut indices)?,
+                part_keys: args.write("workspace", &mut ws.keys)?,
+                part_pos: args.write("workspace", &mut ws.pos)?,
+                part_count: args.write("workspace", &mut ws.count)?,
+                batch: batch as i32,
+                next_n: queries.next_n as i32,
+                max_pages: queries.max_pages as i32,
+                pages: pages as i32,
+                blocks_per_split: ws.blocks_per_split as i32,
+            };
+            let per_sequence = queries.next_n.div_ceil(TOKENS_PER_CTA);
+            let shape = LaunchShape {
+                grid: ((batch * per_sequence) as u32, splits as u32, 1),
+                block: (THREADS, 1, 1),
+                smem_bytes: indexer_smem_bytes(H_IDX, TOPK),
+            };
+            // SAFETY: q holds B·next_n × H_IDX × 128 bytes, weights B·next_n × H_IDX, the block
+            // table B × max_pages entries, seq_lens B, the cache pages × 8448 bytes and indices
+            // B·next_n × TOPK (tied by the checked queries and `run_paged`), the workspace
+            // B·next_n × splits lists of TOPK when split (planned for this shape, checked by
+            // `run_paged`); the kernel clamps every range to its split's part of
+            // [0, 64 · max_pages], reads a page only when its entry lies in [0, pages), and touches
+            // no row at or past B · next_n.
+            unsafe { args.launch::<PagedLightningIndexerKernel<H_IDX, TOPK>>(shape, &params)? };
+        }
+        if splits == 1 {
+            return Ok(());
+        }
+        // Merge levels: FAN lists into one, ping-ponging between the two list buffers, until
+        // one CTA a row can write the row. (An input buffer is admitted as written: the merge
+        // only reads it, but the stream protocol need not know.)
+        let fan = merge_fan(TOPK);
+        let rows = tokens;
+        let mut lists = splits;
+        let mut from_split_buffer = true;
+        loop {
+            let last = lists <= fan;
+            let groups = if last { 1 } else { lists.div_ceil(fan) };
+            let mut args = DeviceArgs::new(self)?;
+            let (in_keys, in_pos, in_count, out_keys, out_pos, out_count) = if from_split_buffer {
+                (
+                    args.write("workspace", &mut ws.keys)?,
+                    args.write("workspace", &mut ws.pos)?,
+                    args.write("workspace", &mut ws.count)?,
+                    args.write("workspace", &mut ws.merged_keys)?,
+                    args.write("workspace", &mut ws.merged_pos)?,
+                    args.write("workspace", &mut ws.merged_count)?,
+                )
+            } else {
+                (
+                    args.write("workspace", &mut ws.merged_keys)?,
+                    args.write("workspace", &mut ws.merged_pos)?,
+                    args.write("workspace", &mut ws.merged_count)?,
+                    args.write("workspace", &mut ws.keys)?,
+                    args.write("workspace", &mut ws.pos)?,
+                    args.write("workspace", &mut ws.count)?,
+                )
+            };
+            let params = IndexerMergeParams {
+                in_keys,
+                in_pos,
+                in_count,
+                out_keys,
+                out_pos,
+                out_count,
+                block_table: args.read("block_table", &queries.block_table)?,
+                indices: args.write("indices", &mut indices)?,
+                rows: rows as i32,
+                lists: lists as i32,
+                next_n: queries.next_n as i32,
+                max_pages: queries.max_pages as i32,
+                last: last as i32,
+            };
+            let shape = LaunchShape {
+                grid: (rows as u32, groups as u32, 1),
+                block: (MERGE_THREADS, 1, 1),
+                smem_bytes: indexer_merge_smem_bytes(TOPK),
+            };
+            // SAFETY: the input buffer holds rows × lists lists of TOPK (and their counts),
+            // each written by the previous launch on this stream; the output holds rows ×
+            // groups lists (the split buffer holds rows × splits ≥ any later level, the merged
+            // one rows × ceil(splits / FAN) ≥ any later level); a count is at most TOPK; the
+            // last level reads the block table only at positions a split admitted (a page
+            // inside [0, pages) of the row's sequence) and writes rows × TOPK indices.
+            unsafe { args.launch::<PagedIndexerMergeKernel<TOPK>>(shape, &params)? };
+            if last {
+                return Ok(());
+            }
+            lists = groups;
+            from_split_buffer = !from_split_buffer;
+        }
+    }
+
+    fn paged_indexer_plan(&self, pairs: usize, max_pages: usize, topk: usize) -> PagedPlan {
+        let (splits, blocks_per_split) =
+            paged_indexer_split(self.sm_count() as usize, pairs, max_pages);
+        PagedPlan {
+            splits,
+            blocks_per_split,
+            merged_lists: splits.div_ceil(merge_fan(topk)),
+        }
     }
 }
 
@@ -202,7 +357,8 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
     }
 
     /// Records the same call as [`run_paged`](Self::run_paged) into a CUDA graph (after the same
-    /// checks): the graph borrows the queries, the cache and `indices` until it is dropped.
+    /// checks): the graph borrows the queries, the cache, the workspace and `indices` until it
+    /// is dropped.
     pub fn record_paged<
         'g,
         B: RunIndexer + IsCuda,
@@ -215,11 +371,12 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
         graph: &mut GraphRecorder<'g>,
         queries: &'g PagedIndexerQueries<B, H_IDX, SQ>,
         cache: &'g IndexKeyCache<B, PAGE, SK>,
+        workspace: &'g mut PagedIndexerWorkspace<B, TOPK>,
         indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()>
     where
         Dim<PAGE>: IndexCachePage,
     {
-        graph.record(|cuda: &B| self.run_paged(cuda, queries, cache, indices))
+        graph.record(|cuda: &B| self.run_paged(cuda, queries, cache, workspace, indices))
     }
 }

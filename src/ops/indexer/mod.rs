@@ -26,11 +26,13 @@ mod launch;
 
 pub use args::{
     IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts, MAX_NEXT_N, PagedIndexerQueries,
-    PagedIndexerQueryParts,
+    PagedIndexerQueryParts, PagedIndexerWorkspace,
 };
 pub use cpu::{indexer_logit, order_key};
 pub use cuda::{
-    LightningIndexerKernel, PagedLightningIndexerKernel, indexer_candidates, indexer_smem_bytes,
+    LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
+    indexer_candidates, indexer_merge_smem_bytes, indexer_smem_bytes, merge_fan,
+    paged_indexer_split,
 };
 
 use std::marker::PhantomData;
@@ -112,6 +114,10 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
     /// position `s` being offset `s % 64` of page `block_table[b, s / 64]` of `cache`; a page
     /// outside the cache holds no key and its positions are never selected. A row holds the
     /// chosen positions' slots (`page · 64 + s % 64`) by ascending position, then -1.
+    ///
+    /// `workspace` is the scratch made for this batch shape
+    /// ([`PagedIndexerWorkspace::new`]); a batch too small to fill the GPU splits each
+    /// sequence's positions over several CTAs and merges their candidates there.
     pub fn run_paged<
         B: RunIndexer,
         const PAGE: usize,
@@ -123,6 +129,7 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
         backend: &B,
         queries: &PagedIndexerQueries<B, H_IDX, SQ>,
         cache: &IndexKeyCache<B, PAGE, SK>,
+        workspace: &mut PagedIndexerWorkspace<B, TOPK>,
         indices: &mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()>
     where
@@ -130,6 +137,7 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
     {
         let tokens = queries.tokens();
         indices.expect_rows("indices", "query tokens (B · next_n, as q)", tokens)?;
+        workspace.check(queries)?;
         // SAFETY: the rules hold (`new`'s bounds and this method's); the queries tie q, the
         // weights, the block table and the lengths to one (B, next_n, max_pages) with next_n in
         // 1 ..= 4 and every count within i32, the cache holds `pages` pages of slots within
@@ -142,6 +150,7 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
                 queries: queries.slices(),
                 cache: cache.slice(),
                 indices: indices.as_slice_mut(),
+                workspace: workspace.slices_mut(),
             })
         }
     }
