@@ -235,6 +235,8 @@ TORCH_SMALL = r"graph_B(\d+)_(bf16|mxfp8)"
 CANDLE_REC = r"candle_launch_tracking_(true|false)"
 INDEXER_REC = r"indexer_t(\d+)_hist(\d+)_h(\d+)_topk(\d+)"
 CACHE_REC = r"(store)_t(\d+)|(gather)_n(\d+)"
+PAGED_REC = r"indexer_paged_b(\d+)_n(\d+)_len(\d+)_h(\d+)_topk(\d+)"
+INDEX_STORE_REC = r"index_store_t(\d+)"
 DECODE_REC = r"decode_b(\d+)_sq(\d+)_h(\d+)_topk(\d+)"
 
 
@@ -522,6 +524,31 @@ def indexer(run, results_dir):
                       INDEXER, INDEXER_REC, "(T, keys, H_IDX, TOPK)", shape, "ms", 2)
 
 
+def indexer_paged(run, results_dir):
+    out = ["### Lightning indexer, paged (decode) and the index-key store", ""]
+    if run is None:
+        return out + no_run(results_dir, *INDEXER)
+    limit, limit_text = copy_limit(run)
+    out += run_line(run, INDEXER[1], [limit_text, "cache bytes read: B · seq_len · 132"])
+    recs = run.matching(PAGED_REC)
+    if recs:
+        rows = [["({}, {}, {}, {}, {})".format(*m.groups()), num(f.get("splits"), 0),
+                 num(f.get("us"), 1), num(f.get("gbs"), 0),
+                 DASH if limit is None else pct(f.get("gbs") / limit), num(f.get("tflops"), 0)]
+                for m, _, f in recs]
+        out += table(["(B, next_n, seq_len, H_IDX, TOPK)", "splits", "µs", "cache GB/s",
+                      "of copy", "TFLOP/s"], rows) + [""]
+    stores = run.matching(INDEX_STORE_REC)
+    if stores:
+        rows = [[m.group(1), num(f.get("us"), 1), num(f.get("gbs"), 0),
+                 DASH if limit is None else pct(f.get("gbs") / limit)] for m, _, f in stores]
+        out += ["Index-key store, bytes moved `T · (256 + 8 + 132)`:", ""]
+        out += table(["tokens", "µs", "GB/s", "of copy"], rows) + [""]
+    if not recs and not stores:
+        out += none_of_kind(run)
+    return out
+
+
 def mla_cache(run, results_dir):
     out = ["### FP8 sparse MLA cache: store and gather", ""]
     if run is None:
@@ -566,6 +593,7 @@ def render(results_dir):
     if runs[CANDLE[0]] is not None:
         out += others(runs[CANDLE[0]])
     out += indexer(runs[INDEXER[0]], results_dir)
+    out += indexer_paged(runs[INDEXER[0]], results_dir)
     if runs[INDEXER[0]] is not None:
         out += others(runs[INDEXER[0]])
     out += mla_cache(runs[MLA_CACHE[0]], results_dir)

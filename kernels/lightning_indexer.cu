@@ -337,7 +337,12 @@ struct PagedKeys {
         const int pg = page(s);
         return pg >= 0 && pg < p.pages;
     }
-    __device__ i32 index_of(int s) const { return page(s) * indexer::kBlock + s % indexer::kBlock; }
+    // The slot of a selected position. A position outside the block table is never selected;
+    // the guard keeps the table read inside its buffer whatever the candidates hold.
+    __device__ i32 index_of(int s) const {
+        if ((u32)s >= (u32)p.max_pages * indexer::kBlock) return -1;
+        return page(s) * indexer::kBlock + s % indexer::kBlock;
+    }
 };
 
 // The fused logits and top-k of one CTA's query tokens over the keys `keys` names; q, weights
@@ -735,8 +740,10 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     i32* out = p.indices + (i64)row * TOPK;
     for (int i = threadIdx.x; i < TOPK; i += T) {
         if (i < kept) {
-            const int s = sorted[i];
-            out[i] = p.block_table[(i64)seq * p.max_pages + s / kBlock] * kBlock + s % kBlock;
+            const int s = sorted[i];  // a split's position: inside the block table (guarded)
+            out[i] = (u32)s < (u32)p.max_pages * kBlock
+                         ? p.block_table[(i64)seq * p.max_pages + s / kBlock] * kBlock + s % kBlock
+                         : -1;
         } else {
             out[i] = -1;
         }

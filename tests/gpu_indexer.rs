@@ -77,6 +77,13 @@ fn narrow_topk() {
 }
 
 #[test]
+fn more_ctas_than_the_gpu_holds() {
+    // 700 tokens, 350 CTAs: a second wave of CTAs on SMs the first has left.
+    case::<64, 256>(700, 500, Scores::Noise);
+    case::<32, 128>(700, 300, Scores::Ties);
+}
+
+#[test]
 fn garbage_ranges_are_clamped_on_the_device() {
     let cuda = gpu();
     let mut rng = common::rng("garbage_ranges_are_clamped_on_the_device");
