@@ -15,7 +15,7 @@ use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, SparseMlaDecode};
+use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, SparseMlaDecode};
 use shapeproof::rules::DecodeHeads;
 use shapeproof::tensor::Tensor;
 
@@ -49,8 +49,11 @@ fn bench<const H: usize>(
     let mut out = Tensor::zeros(g, rows).unwrap();
     let mut lse = Tensor::zeros(g, rows).unwrap();
     let decode = SparseMlaDecode::<H, TOPK>::new();
+    let mut ws = DecodeWorkspace::new(g, rows).unwrap();
     let us = time_us(g, 3, 15, |_| {
-        decode.run(g, &queries, cache, &mut out, &mut lse).unwrap()
+        decode
+            .run(g, &queries, cache, &mut ws, &mut out, &mut lse)
+            .unwrap()
     });
     let tflops = SparseMlaDecode::<H, TOPK>::flops(rows) / (us * 1e-6) / 1e12;
     let of = limit.map_or(f64::NAN, |l| tflops / l);

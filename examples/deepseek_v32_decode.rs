@@ -20,7 +20,7 @@ use shapeproof::layout::{DeepSeekV32IndexCache, DeepSeekV32KvCache, MLA_CACHE_DI
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore, RunIndexCache};
 use shapeproof::ops::indexer::{PagedIndexerQueries, PagedIndexerWorkspace, RunIndexer};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows, RunMlaCache};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, RunDecode};
+use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, RunDecode};
 use shapeproof::tensor::{Cols, Tensor};
 
 shapeproof::model! {
@@ -182,8 +182,9 @@ fn decode<B: RunDecode>(
     .unwrap();
     let mut out = Tensor::filled(b, NEXT_N, bf16::NAN).unwrap();
     let mut lse = Tensor::filled(b, NEXT_N, f32::NAN).unwrap();
+    let mut workspace = DecodeWorkspace::new(b, NEXT_N).unwrap();
     ds::Decode::new()
-        .run(b, &queries, cache, &mut out, &mut lse)
+        .run(b, &queries, cache, &mut workspace, &mut out, &mut lse)
         .unwrap();
     let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
     (out, lse.to_host(b).unwrap())

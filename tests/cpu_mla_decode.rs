@@ -15,7 +15,7 @@ use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32, e4m3_to_f32};
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv, mla_fp8_decode_row};
 use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows};
 use shapeproof::ops::sparse_mla::{SparseMlaInputs, SparseMlaPrefill};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, SparseMlaDecode};
+use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, SparseMlaDecode};
 use shapeproof::tensor::Tensor;
 
 const H: usize = 16;
@@ -79,8 +79,9 @@ fn decode(
     }
     let mut out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
     let mut lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    let mut ws = DecodeWorkspace::new(&Cpu, rows).unwrap();
     SparseMlaDecode::<H, TOPK>::new()
-        .run(&Cpu, &queries, cache, &mut out, &mut lse)
+        .run(&Cpu, &queries, cache, &mut ws, &mut out, &mut lse)
         .unwrap();
     let out = out.into_buffer().iter().map(|v| v.to_f32()).collect();
     (out, lse.into_buffer())
@@ -246,19 +247,27 @@ fn bad_extents_name_the_parameter() {
     .unwrap();
     let cache = DeepSeekV32KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
     let decode = SparseMlaDecode::<H, TOPK>::new();
+    let mut ws = DecodeWorkspace::new(&Cpu, 2).unwrap();
     let (mut out, mut lse) = (
         Tensor::zeros(&Cpu, 1).unwrap(),
         Tensor::zeros(&Cpu, 2).unwrap(),
     );
     names(
-        decode.run(&Cpu, &queries, &cache, &mut out, &mut lse),
+        decode.run(&Cpu, &queries, &cache, &mut ws, &mut out, &mut lse),
         "out",
     );
     let mut out = Tensor::zeros(&Cpu, 2).unwrap();
     let mut lse = Tensor::zeros(&Cpu, 3).unwrap();
     names(
-        decode.run(&Cpu, &queries, &cache, &mut out, &mut lse),
+        decode.run(&Cpu, &queries, &cache, &mut ws, &mut out, &mut lse),
         "lse",
+    );
+    // A workspace made for another row count.
+    let mut lse = Tensor::zeros(&Cpu, 2).unwrap();
+    let mut other = DecodeWorkspace::new(&Cpu, 3).unwrap();
+    names(
+        decode.run(&Cpu, &queries, &cache, &mut other, &mut out, &mut lse),
+        "workspace",
     );
     names(
         queries.with_lengths(Tensor::zeros(&Cpu, 1).unwrap()),

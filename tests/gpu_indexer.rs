@@ -206,3 +206,43 @@ fn paged_pages_outside_the_cache_are_never_selected() {
         assert_eq!(n, cpu_n, "token {t}: as many slots as the CPU");
     }
 }
+
+#[test]
+fn a_recorded_paged_call_replays_to_the_direct_calls_rows() {
+    use shapeproof::layout::IndexKeyCache;
+    use shapeproof::ops::indexer::{PagedIndexerQueries, PagedIndexerWorkspace};
+    use shapeproof::tensor::{Cols, Tensor};
+    let g = gpu();
+    let mut rng = common::rng("a_recorded_paged_call_replays_to_the_direct_calls_rows");
+    // Two sequences: the pages split over CTAs and merged, through the workspace.
+    let s = PagedScenario::new(&mut rng, 64, &[9000, 3000], 2, 160, Scores::Noise);
+    let indexer = LightningIndexer::<64, 2048>::new();
+    let want = s.run(&g, &indexer);
+    let tokens = s.batch * s.next_n;
+    let queries = PagedIndexerQueries::new(
+        Tensor::from_host(&g, "q", &s.flat.q, tokens).unwrap(),
+        Tensor::from_host(&g, "weights", &s.flat.weights, tokens).unwrap(),
+        Tensor::from_host(&g, "block_table", &s.block_table, s.block_table.len()).unwrap(),
+        s.max_pages,
+        Tensor::from_host(&g, "seq_lens", &s.seq_lens, s.batch).unwrap(),
+        s.next_n,
+    )
+    .unwrap();
+    let cache = IndexKeyCache::<Cuda, PAGE>::from_tensor(
+        Tensor::from_host(&g, "cache", &s.cache, s.pages).unwrap(),
+    )
+    .unwrap();
+    let mut ws =
+        PagedIndexerWorkspace::<Cuda, 2048>::new(&g, s.batch, s.next_n, s.max_pages).unwrap();
+    assert!(ws.splits() > 8, "a merge of more than one level");
+    let mut indices: Tensor<Cuda, i32, Cols<2048>> = Tensor::filled(&g, tokens, -7).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    indexer
+        .record_paged(&mut recorder, &queries, &cache, &mut ws, &mut indices)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    assert_eq!(indices.to_host(&g).unwrap(), want, "replayed rows");
+}

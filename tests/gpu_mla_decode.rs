@@ -5,6 +5,8 @@
 //! (NaN) before the run and every element checked. Tolerances: `lse` within 1e-3 + 1e-4·|lse|
 //! (f32 sums of exact products against f64), `out` within 1e-2 + 1e-2·|out| (P rounded to bf16,
 //! 2^-9 a weight, and the output to bf16); an empty row is exactly `out = 0`, `lse = +inf`.
+//! A step recorded into a CUDA graph (split, so the workspace carries the partials) replays to
+//! the bytes of the same step run directly.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -16,7 +18,9 @@ use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, RunDecode, SparseMlaDecode};
+use shapeproof::ops::sparse_mla_decode::{
+    DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode,
+};
 use shapeproof::rules::{DecodeHeads, TopkWidth};
 use shapeproof::tensor::Tensor;
 
@@ -63,8 +67,9 @@ where
     .unwrap();
     let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
     let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
+    let mut ws = DecodeWorkspace::new(b, rows).unwrap();
     SparseMlaDecode::<H, TOPK>::new()
-        .run(b, &queries, &cache, &mut out, &mut lse)
+        .run(b, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
     let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
     (out, lse.to_host(b).unwrap())
@@ -158,4 +163,64 @@ fn batches_that_fill_the_gpu() {
 fn short_top_k() {
     case::<16, 128>(13, 4, false);
     case::<64, 128>(3, 2, true);
+}
+
+#[test]
+fn a_recorded_step_replays_to_the_direct_steps_bytes() {
+    const H: usize = 16;
+    const TOPK: usize = 2048;
+    let g = gpu();
+    let mut rng = common::rng("a_recorded_step_replays_to_the_direct_steps_bytes");
+    let (pages, rows) = (64, 2);
+    let slots = pages * 64;
+    let mut cache = DeepSeekV32KvCache::<Cuda>::zeros(&g, pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(&g, "kv", &kv, slots).unwrap(),
+        Tensor::from_host(&g, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(&g, &rows_in, &mut cache, None)
+        .unwrap();
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| rng.random_range(0..slots as i32))
+        .collect();
+    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
+        Tensor::from_host(&g, "q", &q, rows).unwrap(),
+        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
+        0.0417,
+    )
+    .unwrap();
+    let decode = SparseMlaDecode::<H, TOPK>::new();
+    let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
+    assert!(ws.splits() > 1, "two rows split their top-k");
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    decode
+        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    decode
+        .record(&mut recorder, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    let got_out = out.to_host(&g).unwrap();
+    assert!(
+        got_out
+            .iter()
+            .zip(&want_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "replayed out differs from the direct step"
+    );
+    assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
 }

@@ -75,3 +75,52 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
         self.q.rows()
     }
 }
+
+/// The decode's scratch for one row count: where a step too small to fill the GPU keeps each
+/// top-k split's partial output and log-sum-exp for the combine. Made once for a row count `B ·
+/// s_q` (as an engine makes its attention metadata) and reused by every step of that count, so
+/// a step allocates nothing and can be recorded into a CUDA graph.
+///
+/// The fields are private: the plan and the buffers' extents stay what `new` made them.
+pub struct DecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usize> {
+    pub(crate) rows: usize,
+    /// Top-k splits a row (1: not split).
+    pub(crate) splits: usize,
+    /// Partial outputs `[rows, H_Q, splits, 512]` f32 (one element when not split).
+    pub(crate) part_o: Tensor<B, f32, Scalar>,
+    /// Partial log-sum-exps `[rows, H_Q, splits]` (one element when not split).
+    pub(crate) part_lse: Tensor<B, f32, Scalar>,
+}
+
+impl<B: super::RunDecode, const H_Q: usize, const TOPK: usize> DecodeWorkspace<B, H_Q, TOPK> {
+    /// The scratch of steps of `rows` query rows, planned for `backend` (the CPU reference
+    /// needs none).
+    pub fn new(backend: &B, rows: usize) -> Result<Self> {
+        let splits = backend.decode_splits(rows, H_Q, TOPK);
+        let parts = if splits > 1 {
+            Error::elements(
+                "workspace",
+                Error::elements("workspace", rows, H_Q)?,
+                splits,
+            )?
+        } else {
+            1
+        };
+        Ok(Self {
+            rows,
+            splits,
+            part_o: Tensor::zeros(backend, Error::elements("workspace", parts, 512)?)?,
+            part_lse: Tensor::zeros(backend, parts)?,
+        })
+    }
+
+    /// Top-k splits a row (1: not split).
+    pub fn splits(&self) -> usize {
+        self.splits
+    }
+
+    /// Query rows this scratch serves.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}

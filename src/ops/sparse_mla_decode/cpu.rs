@@ -13,6 +13,11 @@ use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, mla_fp8_de
 impl super::RunDecode for Cpu {}
 
 impl DecodeEntry for Cpu {
+    /// The reference takes each row whole: no split, no scratch.
+    fn decode_splits(&self, _rows: usize, _heads: usize, _topk: usize) -> usize {
+        1
+    }
+
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodeCall<'_, Cpu>,
@@ -24,6 +29,7 @@ impl DecodeEntry for Cpu {
             cache,
             out,
             lse,
+            ..
         } = call;
         debug_assert_eq!(lse.len(), rows * H_Q, "the call ties lse to the rows");
         let sm_scale = queries.sm_scale as f64;

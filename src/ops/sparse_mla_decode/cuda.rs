@@ -4,12 +4,16 @@
 
 use std::marker::PhantomData;
 
-use super::RunDecode;
 use super::launch::{DecodeCall, DecodeEntry};
-use crate::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
-use crate::backend::{Backend, Cuda};
+use super::{DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode};
+use crate::backend::Cuda;
+use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
 use crate::dim::Dim;
 use crate::error::Result;
+use crate::layout::MlaFp8KvCache;
+use crate::ops::sparse_mla::OutRow;
+use crate::rules::{MlaCachePage, MlaScaleGroup};
+use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
 /// Threads of a CTA of either kernel (`decode::kThreads`).
 const THREADS: u32 = 128;
@@ -91,6 +95,10 @@ pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
 impl RunDecode for Cuda {}
 
 impl DecodeEntry for Cuda {
+    fn decode_splits(&self, rows: usize, heads: usize, topk: usize) -> usize {
+        decode_splits(rows, heads, topk).0
+    }
+
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodeCall<'_, Cuda>,
@@ -102,25 +110,18 @@ impl DecodeEntry for Cuda {
             cache,
             mut out,
             mut lse,
+            splits,
+            mut part_o,
+            mut part_lse,
         } = call;
         if rows == 0 {
             return Ok(());
         }
-        let (splits, per_split) = decode_splits(rows, H_Q, TOPK);
-        // The splits' partial outputs and log-sum-exps, `[rows, H_Q, splits, 512]` and
-        // `[rows, H_Q, splits]` (one element each when the top-k is not split).
-        // Not initialized: every element the combine reads is written by a split first.
-        let parts = if splits > 1 { rows * H_Q * splits } else { 1 };
-        // SAFETY: plain f32 storage on the backend's stream; the decode kernel writes every
-        // (row, real head, split) entry before the combine kernel, queued after it, reads it.
-        let (mut part_o, mut part_lse) = unsafe {
-            (
-                self.stream().alloc::<f32>(parts * 512)?,
-                self.stream().alloc::<f32>(parts)?,
-            )
-        };
-        let (mut part_o, mut part_lse) =
-            (Cuda::slice_mut(&mut part_o), Cuda::slice_mut(&mut part_lse));
+        // The plan `DecodeWorkspace::new` sized the partial buffers by: the same function of
+        // the same row count (checked by `run`), so this holds; checked again because the
+        // buffers' extents depend on it.
+        let (planned, per_split) = decode_splits(rows, H_Q, TOPK);
+        crate::error::Error::check_extent("workspace", "top-k splits a row", planned, splits)?;
         let mut args = DeviceArgs::new(self)?;
         let params = DecodeParams {
             q: args.read_vectors("q", &queries.q)?,
@@ -158,5 +159,31 @@ impl DecodeEntry for Cuda {
             unsafe { args.launch::<SparseMlaDecodeCombineKernel<H_Q>>(combine, &params)? };
         }
         Ok(())
+    }
+}
+
+impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
+    /// Records the same step as [`run`](Self::run) into a CUDA graph (after the same checks):
+    /// the graph borrows the queries, the cache, the workspace and both outputs until it is
+    /// dropped, so none can be freed or swapped while it can replay. A decode step that an
+    /// engine replays every token: refill the queries' tensors in place, replay.
+    pub fn record<'g, B, SQ, const PAGE: usize, const GROUP: usize, SC, SO>(
+        &self,
+        graph: &mut GraphRecorder<'g>,
+        queries: &'g DecodeQueries<B, H_Q, TOPK, SQ>,
+        cache: &'g MlaFp8KvCache<B, PAGE, GROUP, SC>,
+        workspace: &'g mut DecodeWorkspace<B, H_Q, TOPK>,
+        out: &'g mut Tensor<B, crate::dtype::bf16, OutRow<H_Q>, SO>,
+        lse: &'g mut Tensor<B, f32, Cols<H_Q>, SO>,
+    ) -> Result<()>
+    where
+        B: RunDecode + IsCuda,
+        SQ: Storage<B>,
+        SC: Storage<B>,
+        SO: StorageMut<B>,
+        Dim<PAGE>: MlaCachePage,
+        Dim<GROUP>: MlaScaleGroup,
+    {
+        graph.record(|cuda: &B| self.run(cuda, queries, cache, workspace, out, lse))
     }
 }

@@ -11,18 +11,19 @@
 //!
 //! Backends: the CPU reference (f64), and CUDA (`kernels/sparse_mla_decode.cu`, first version:
 //! bf16 tensor cores over the dequantized rows, the top-k split over CTAs and combined when the
-//! batch is too small to fill the GPU; its split buffers are allocated per call, so it has no
-//! graph `record` yet).
+//! batch is too small to fill the GPU; the splits' partials live in the caller's
+//! [`DecodeWorkspace`], made once per row count, so a step allocates nothing and `record` puts
+//! it into a CUDA graph).
 //!
 //! Files: this module the kernel type, its rules and `run`; `args.rs` the checked queries;
-//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch.
+//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch (and the CUDA-only `record`).
 
 mod args;
 mod cpu;
 mod cuda;
 mod launch;
 
-pub use args::{DecodeQueries, DecodeQueryParts};
+pub use args::{DecodeQueries, DecodeQueryParts, DecodeWorkspace};
 pub use cuda::{
     DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel, decode_splits,
 };
@@ -66,12 +67,14 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
     }
 
     /// One decode step: `out [rows, H_Q, 512]` and `lse [rows, H_Q]` of every query row of
-    /// `queries` over its slots of `cache`. Both outputs must have a row for every query row.
+    /// `queries` over its slots of `cache`. Both outputs must have a row for every query row;
+    /// `workspace` is the scratch made for this row count ([`DecodeWorkspace::new`]).
     pub fn run<B, SQ, const PAGE: usize, const GROUP: usize, SC, SO>(
         &self,
         backend: &B,
         queries: &DecodeQueries<B, H_Q, TOPK, SQ>,
         cache: &MlaFp8KvCache<B, PAGE, GROUP, SC>,
+        workspace: &mut DecodeWorkspace<B, H_Q, TOPK>,
         out: &mut Tensor<B, crate::dtype::bf16, OutRow<H_Q>, SO>,
         lse: &mut Tensor<B, f32, Cols<H_Q>, SO>,
     ) -> Result<()>
@@ -86,6 +89,7 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
         let rows = queries.rows();
         out.expect_rows("out", "query rows (as q)", rows)?;
         lse.expect_rows("lse", "query rows (as q)", rows)?;
+        crate::error::Error::check_extent("workspace", "query rows (as q)", rows, workspace.rows)?;
         // SAFETY: the rules hold (`new`'s bounds, and the cache's: 656-byte rows); the queries
         // tie q, indices and lengths to `rows` with rows × H_Q ≤ i32::MAX; the outputs have
         // `rows` rows; the cache holds `slots` ≤ i32::MAX rows.
@@ -97,6 +101,9 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
                 cache: cache.slice(),
                 out: out.as_slice_mut(),
                 lse: lse.as_slice_mut(),
+                splits: workspace.splits,
+                part_o: workspace.part_o.as_slice_mut(),
+                part_lse: workspace.part_lse.as_slice_mut(),
             })
         }
     }
