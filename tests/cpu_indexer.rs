@@ -284,3 +284,34 @@ fn paged_extents_that_disagree_are_errors_naming_the_parameter() {
         .run_paged(&Cpu, &queries, &cache, &mut ws, &mut out)
         .unwrap();
 }
+
+#[test]
+fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
+    use shapeproof::ops::indexer::{merge_fan, paged_indexer_split};
+    for sms in [1, 78, 132] {
+        for pairs in [1, 2, 7, 64, 128, 263, 264, 1000] {
+            for max_pages in [0, 1, 3, 4, 17, 1024, 2049] {
+                let (splits, per) = paged_indexer_split(sms, pairs, max_pages);
+                let what = format!("sms {sms} pairs {pairs} max_pages {max_pages}");
+                assert!(splits >= 1 && per >= 1, "{what}: ({splits}, {per})");
+                assert!(splits * per >= max_pages, "{what}: pages left over");
+                assert!(
+                    (splits - 1) * per < max_pages.max(1),
+                    "{what}: an empty split"
+                );
+                if pairs >= 2 * sms {
+                    assert_eq!(splits, 1, "{what}: a full batch is split");
+                }
+                if splits > 1 {
+                    assert!(per >= 4, "{what}: splits of fewer than 4 pages");
+                    assert!(
+                        pairs * splits < 2 * sms + pairs,
+                        "{what}: more CTAs than needed"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(merge_fan(2048), 8);
+    assert_eq!(merge_fan(128), 128);
+}
