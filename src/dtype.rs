@@ -33,6 +33,21 @@ impl E8M0 {
 pub const MXFP8_BLOCK: usize = 32;
 /// Largest finite e4m3 magnitude.
 pub const E4M3_MAX: f32 = 448.0;
+
+/// The smallest power of two at or above a positive normal `r`, taken exactly from its bits
+/// (`r` itself when it is one), `+inf` for `+inf`: how the FP8 caches round a scale up so that
+/// dividing by it is exact.
+pub fn pow2_at_or_above(r: f32) -> f32 {
+    if r.is_infinite() {
+        return f32::INFINITY;
+    }
+    let bits = r.to_bits();
+    if bits & 0x007f_ffff == 0 {
+        r
+    } else {
+        f32::from_bits((bits & 0x7f80_0000) + 0x0080_0000)
+    }
+}
 /// The floor of the block maximum, so that an all-zero block has a finite exponent (byte 19).
 const AMAX_FLOOR: f32 = 1e-30;
 

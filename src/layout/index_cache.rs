@@ -135,16 +135,7 @@ impl<B: Backend, const PAGE: usize, S: StorageMut<B>> IndexKeyCache<B, PAGE, S> 
 /// finite value of the key then divides to at most 448 in magnitude, so the e4m3 cast never
 /// saturates and the division by a power of two is exact.
 pub fn index_key_scale_for(amax: f32) -> f32 {
-    let r = amax.max(INDEX_KEY_AMAX_FLOOR) / crate::dtype::E4M3_MAX;
-    if r.is_infinite() {
-        return f32::INFINITY;
-    }
-    let bits = r.to_bits();
-    if bits & 0x007f_ffff == 0 {
-        r
-    } else {
-        f32::from_bits((bits & 0x7f80_0000) + 0x0080_0000)
-    }
+    crate::dtype::pow2_at_or_above(amax.max(INDEX_KEY_AMAX_FLOOR) / crate::dtype::E4M3_MAX)
 }
 
 /// Encodes one key: `key` is `[128]` bf16 (after the caller's norm, RoPE and rotation); the

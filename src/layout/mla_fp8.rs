@@ -149,16 +149,7 @@ impl<B: Backend, const PAGE: usize, const GROUP: usize, S: StorageMut<B>>
 /// Every finite value of the group then divides to at most 448 in magnitude, so the e4m3 cast
 /// never saturates and the division by a power of two is exact.
 pub fn mla_fp8_scale_for(amax: f32) -> f32 {
-    let r = (amax / crate::dtype::E4M3_MAX).max(MLA_MIN_SCALE);
-    if r.is_infinite() {
-        return f32::INFINITY;
-    }
-    let bits = r.to_bits();
-    if bits & 0x007f_ffff == 0 {
-        r
-    } else {
-        f32::from_bits((bits & 0x7f80_0000) + 0x0080_0000)
-    }
+    crate::dtype::pow2_at_or_above((amax / crate::dtype::E4M3_MAX).max(MLA_MIN_SCALE))
 }
 
 /// Encodes one token: `row` is `[576]` bf16 (latent | RoPE), `out` its `[656]` bytes. Each

@@ -490,6 +490,29 @@ impl PagedScenario {
     }
 }
 
+/// Checks paged rows (`[B · next_n, topk]` slots) of a scenario whose block table was given
+/// entries outside the cache: each row holds as many slots as its token sees positions on valid
+/// pages (capped at `topk`), -1 after them, and only slots of its own sequence's pages.
+pub fn check_rows_skip_bad_pages(what: &str, s: &PagedScenario, got: &[i32], topk: usize) {
+    let pages = s.pages as i32;
+    for (t, row) in got.chunks_exact(topk).enumerate() {
+        let b = t / s.next_n;
+        let table = &s.block_table[b * s.max_pages..(b + 1) * s.max_pages];
+        let valid = (0..seen(s.seq_lens[b], s.next_n, t % s.next_n, s.max_pages))
+            .filter(|p| (0..pages).contains(&table[p / PAGE]))
+            .count();
+        let n = row.iter().take_while(|&&v| v >= 0).count();
+        assert_eq!(n, valid.min(topk), "{what}: token {t}");
+        assert!(row[n..].iter().all(|&v| v == -1), "{what}: token {t}");
+        for &slot in &row[..n] {
+            assert!(
+                table.contains(&(slot / PAGE as i32)),
+                "{what}: token {t}: slot {slot} not in its sequence's pages"
+            );
+        }
+    }
+}
+
 /// The positions token `j` of a sequence of length `seq_len` sees: `[0, seq_len − next_n + j
 /// + 1)` clamped to `[0, 64 · max_pages]`.
 pub fn seen(seq_len: i32, next_n: usize, j: usize, max_pages: usize) -> usize {
