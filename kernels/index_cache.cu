@@ -84,3 +84,41 @@ __global__ void __launch_bounds__(256) index_key_store_kernel(const IndexKeyStor
         reinterpret_cast<float*>(page + kPage * kDim)[offset] = scale;
     }
 }
+
+// Mirrored by `IndexKeyGatherParams` in src/ops/index_cache/cuda.rs (checked by the NVRTC tests).
+struct IndexKeyGatherParams {
+    const u8* cache;    // [slots / 64, 8448]
+    const i32* index;   // [rows] cache slot of each row; negative or past the cache: a zero row
+    u8* k;              // [rows, 128] out
+    float* k_scale;     // [rows] out
+    u32* skipped;       // [1] or null: rows whose slot is past the cache
+    i32 rows;
+    i32 slots;
+};
+
+// One warp a row, eight a block: lane l copies the key's bytes 4l .. 4l + 4, lane 0 its scale.
+template <int PAGE>
+__global__ void __launch_bounds__(256) index_key_gather_kernel(const IndexKeyGatherParams p) {
+    using namespace index_cache;
+    static_assert(PAGE == kPage, "pages of 64 tokens");
+    const int lane = threadIdx.x & 31;
+    const i64 r = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (r >= p.rows) {
+        return;  // uniform over the warp
+    }
+    const i32 slot = p.index[r];
+    u32 bytes = 0;
+    float scale = 0.0f;
+    if (slot >= 0 && slot < p.slots) {
+        const u8* page = p.cache + (i64)(slot / kPage) * kPageBytes;
+        const int offset = slot % kPage;
+        bytes = reinterpret_cast<const u32*>(page + offset * kDim)[lane];
+        scale = reinterpret_cast<const float*>(page + kPage * kDim)[offset];
+    } else if (slot >= p.slots && lane == 0) {
+        count_bad_index(p.skipped);
+    }
+    reinterpret_cast<u32*>(p.k + r * kDim)[lane] = bytes;
+    if (lane == 0) {
+        p.k_scale[r] = scale;
+    }
+}

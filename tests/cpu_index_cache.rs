@@ -2,7 +2,9 @@
 //! smallest power of two at or above `max(amax, 1e-4) / 448`, every value within half an e4m3
 //! step of its input, NaN values ignored in the amax); the store writes the encoder's bytes at
 //! each slot's two places in its page (key bytes, scale) and nothing else, skips padding, skips
-//! and counts slots past the cache; bad extents are an `Err` naming the parameter.
+//! and counts slots past the cache; the gather copies a slot's bytes and scale back exactly and
+//! gives a zero row for a slot outside the cache (counted when past it); bad extents are an
+//! `Err` naming the parameter.
 
 mod common;
 
@@ -117,5 +119,54 @@ fn extents_that_disagree_are_errors_naming_the_parameter() {
     names(
         DeepSeekV32IndexCache::<Cpu>::from_buffer(Cpu.upload(&vec![0u8; 8448 * 2 - 1]).unwrap(), 2),
         "index_cache",
+    );
+}
+
+#[test]
+fn the_gather_copies_each_slot_back_and_zeroes_the_others() {
+    let mut rng = common::rng("the_gather_copies_each_slot_back_and_zeroes_the_others");
+    let s = IndexStoreScenario::new(&mut rng, 5, 250);
+    let (cache, _) = s.run(&Cpu);
+    let got = s.gather(&Cpu, &cache);
+    assert_eq!(got.skipped, s.bad_index());
+    for (i, &slot) in s.index.iter().enumerate() {
+        let key = &got.k[i * INDEX_KEY_DIM..(i + 1) * INDEX_KEY_DIM];
+        if slot < 0 || slot as usize >= s.pages * PAGE {
+            assert!(
+                key.iter().all(|&b| b == 0),
+                "row {i}: slot {slot} gives zeros"
+            );
+            assert_eq!(got.k_scale[i], 0, "row {i}: slot {slot} gives scale 0");
+            continue;
+        }
+        let (key_at, scale_at) = index_key_offsets::<PAGE>(slot as usize);
+        assert_eq!(
+            key,
+            &cache[key_at..key_at + INDEX_KEY_DIM],
+            "row {i}: slot {slot}"
+        );
+        let scale = u32::from_le_bytes(cache[scale_at..scale_at + 4].try_into().unwrap());
+        assert_eq!(got.k_scale[i], scale, "row {i}: slot {slot}'s scale");
+    }
+}
+
+#[test]
+fn gather_extents_that_disagree_are_errors_naming_the_parameter() {
+    use shapeproof::dtype::F8E4M3;
+    use shapeproof::ops::index_cache::IndexKeyGather;
+    let cache = DeepSeekV32IndexCache::<Cpu>::zeros(&Cpu, 1).unwrap();
+    let index = Tensor::from_host(&Cpu, "index", &[0i32, 1, 2], 3).unwrap();
+    let mut k = Tensor::<Cpu, F8E4M3, _>::zeros(&Cpu, 2).unwrap();
+    let mut k_scale = Tensor::zeros(&Cpu, 3).unwrap();
+    let gather = IndexKeyGather::<PAGE>::new();
+    names(
+        gather.run(&Cpu, &cache, &index, &mut k, &mut k_scale, None),
+        "k",
+    );
+    let mut k = Tensor::<Cpu, F8E4M3, _>::zeros(&Cpu, 3).unwrap();
+    let mut k_scale = Tensor::zeros(&Cpu, 4).unwrap();
+    names(
+        gather.run(&Cpu, &cache, &index, &mut k, &mut k_scale, None),
+        "k_scale",
     );
 }

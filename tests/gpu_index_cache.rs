@@ -3,7 +3,8 @@
 //! the skipped-slot counts agree. Token counts that do not fill a block, one token, no token,
 //! tens of thousands of tokens; awkward keys (zeros, NaN, huge, tiny, power-of-two boundaries,
 //! under the floor), padding and slots past the cache; a recorded store replays to the same
-//! bytes. Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
+//! bytes. The gather of the stored cache gives the CPU's keys, scales and count exactly.
+//! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
 mod common;
@@ -27,6 +28,10 @@ fn case(pages: usize, tokens: usize) {
     assert_same_cache(&what, &got, &want);
     assert_eq!(got_skipped, s.bad_loc(), "{what}");
     assert_eq!(want_skipped, s.bad_loc(), "{what}");
+    // The gather of the stored cache: the same bytes, scales and count on both.
+    let gathered = s.gather(&gpu(), &want);
+    assert_eq!(gathered, s.gather(&Cpu, &want), "{what}: gather");
+    assert_eq!(gathered.skipped, s.bad_index(), "{what}: gather count");
 }
 
 #[test]

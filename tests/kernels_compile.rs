@@ -4,7 +4,7 @@
 #![cfg(feature = "nvrtc-tests")]
 
 use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
-use shapeproof::ops::index_cache::IndexKeyStoreKernel;
+use shapeproof::ops::index_cache::{IndexKeyGatherKernel, IndexKeyStoreKernel};
 use shapeproof::ops::indexer::{
     LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
 };
@@ -78,6 +78,7 @@ fn lightning_indexer() {
 #[test]
 fn index_cache() {
     compiles::<IndexKeyStoreKernel<64>>();
+    compiles::<IndexKeyGatherKernel<64>>();
 }
 
 #[test]

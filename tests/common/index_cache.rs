@@ -5,10 +5,11 @@
 
 use rand::Rng;
 use rand::rngs::StdRng;
+use shapeproof::dtype::F8E4M3;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_DIM, INDEX_KEY_ROW_BYTES};
 use shapeproof::ops::counter::ErrorCounter;
-use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore, RunIndexCache};
+use shapeproof::ops::index_cache::{IndexKeyGather, IndexKeyRows, IndexKeyStore, RunIndexCache};
 use shapeproof::tensor::Tensor;
 
 /// Tokens of a page.
@@ -24,6 +25,19 @@ pub struct IndexStoreScenario {
     pub k: Vec<bf16>,
     /// Each key's slot, `[T]`: distinct valid slots, some -1, some past the cache.
     pub loc: Vec<i64>,
+    /// Slots the gather reads, `[n]`: valid ones (stored or not), -1 and some past the cache.
+    pub index: Vec<i32>,
+}
+
+/// What one backend's gather produced.
+#[derive(Debug, PartialEq)]
+pub struct GatherOutcome {
+    /// The gathered keys, `[n, 128]` bytes.
+    pub k: Vec<u8>,
+    /// Their scales' bits, `[n]`.
+    pub k_scale: Vec<u32>,
+    /// The skipped-slot count.
+    pub skipped: u32,
 }
 
 /// A key of 128 bf16 values of the kind `kind`.
@@ -74,11 +88,21 @@ impl IndexStoreScenario {
                 _ => {}
             }
         }
+        let index = (0..tokens + 37)
+            .map(|_| match rng.random_range(0..20) {
+                0 => -1,
+                1 => slots as i32 + rng.random_range(0..100),
+                2 => i32::MAX,
+                3 => i32::MIN,
+                _ => rng.random_range(0..slots as i32),
+            })
+            .collect();
         Self {
             pages,
             poison,
             k,
             loc,
+            index,
         }
     }
 
@@ -107,6 +131,49 @@ impl IndexStoreScenario {
             cache.bytes().to_host(backend).unwrap(),
             skipped.read(backend).unwrap(),
         )
+    }
+
+    /// Gathers `index` on `backend` from a cache holding `bytes`, into poisoned outputs.
+    pub fn gather<B: RunIndexCache>(&self, backend: &B, bytes: &[u8]) -> GatherOutcome {
+        let cache =
+            DeepSeekV32IndexCache::<B>::from_buffer(backend.upload(bytes).unwrap(), self.pages)
+                .unwrap();
+        let n = self.index.len();
+        let index = Tensor::from_host(backend, "index", &self.index, n).unwrap();
+        let mut k =
+            Tensor::from_host(backend, "k", &vec![F8E4M3::from_bits(0x5A); n * 128], n).unwrap();
+        let mut k_scale = Tensor::from_host(backend, "k_scale", &vec![f32::NAN; n], n).unwrap();
+        let mut skipped = ErrorCounter::new(backend).unwrap();
+        IndexKeyGather::<PAGE>::new()
+            .run(
+                backend,
+                &cache,
+                &index,
+                &mut k,
+                &mut k_scale,
+                Some(&mut skipped),
+            )
+            .unwrap();
+        GatherOutcome {
+            k: k.to_host(backend)
+                .unwrap()
+                .iter()
+                .map(|b| b.to_bits())
+                .collect(),
+            k_scale: k_scale
+                .to_host(backend)
+                .unwrap()
+                .iter()
+                .map(|s| s.to_bits())
+                .collect(),
+            skipped: skipped.read(backend).unwrap(),
+        }
+    }
+
+    /// Slots past the cache among `index` (what the gather must count).
+    pub fn bad_index(&self) -> u32 {
+        let slots = (self.pages * PAGE) as i64;
+        self.index.iter().filter(|&&s| s as i64 >= slots).count() as u32
     }
 
     /// Slots past the cache among `loc` (what the store must count).

@@ -1,9 +1,9 @@
 //! CPU reference of [`super::IndexKeyStore`]: the format's host encoder
 //! (`crate::layout::index_cache`), token by token.
 
-use super::launch::{IndexCacheEntry, IndexStoreCall};
+use super::launch::{IndexCacheEntry, IndexGatherCall, IndexStoreCall};
 use crate::backend::Cpu;
-use crate::dtype::bf16;
+use crate::dtype::{F8E4M3, bf16};
 use crate::error::Result;
 use crate::layout::{INDEX_KEY_DIM, index_key_encode, index_key_offsets};
 
@@ -39,6 +39,40 @@ impl IndexCacheEntry for Cpu {
             let (key_at, scale_at) = index_key_offsets::<PAGE>(loc as usize);
             cache[key_at..key_at + INDEX_KEY_DIM].copy_from_slice(&bytes);
             cache[scale_at..scale_at + 4].copy_from_slice(&scale.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    unsafe fn index_key_gather<const PAGE: usize>(
+        &self,
+        call: IndexGatherCall<'_, Cpu>,
+    ) -> Result<()> {
+        let IndexGatherCall {
+            slots,
+            cache,
+            index,
+            k,
+            k_scale,
+            mut skipped,
+            ..
+        } = call;
+        let rows = k.chunks_exact_mut(INDEX_KEY_DIM).zip(k_scale.iter_mut()); // [n, 128], [n]
+        for ((row, scale), &slot) in rows.zip(index) {
+            if slot < 0 || slot as usize >= slots {
+                if slot >= 0
+                    && let Some(count) = skipped.as_mut()
+                {
+                    count[0] = count[0].wrapping_add(1);
+                }
+                row.fill(F8E4M3::from_bits(0));
+                *scale = 0.0;
+                continue;
+            }
+            let (key_at, scale_at) = index_key_offsets::<PAGE>(slot as usize);
+            for (o, &b) in row.iter_mut().zip(&cache[key_at..key_at + INDEX_KEY_DIM]) {
+                *o = F8E4M3::from_bits(b);
+            }
+            *scale = f32::from_le_bytes(cache[scale_at..scale_at + 4].try_into().expect("4 bytes"));
         }
         Ok(())
     }

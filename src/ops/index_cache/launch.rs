@@ -3,6 +3,7 @@
 
 use super::args::IndexKeyRowSlices;
 use crate::backend::Backend;
+use crate::dtype::F8E4M3;
 use crate::error::Result;
 
 /// One checked store; extents in the comments. Made only by `IndexKeyStore::run`.
@@ -11,6 +12,17 @@ pub struct IndexStoreCall<'a, B: Backend> {
     pub(crate) slots: usize,                          // cache slots, pages × PAGE
     pub(crate) rows: IndexKeyRowSlices<'a, B>,        // k [T, 128], loc [T]
     pub(crate) cache: B::SliceMut<'a, u8>,            // [slots / PAGE, PAGE · 132]
+    pub(crate) skipped: Option<B::SliceMut<'a, u32>>, // [1]
+}
+
+/// One checked gather; extents in the comments. Made only by `IndexKeyGather::run`.
+pub struct IndexGatherCall<'a, B: Backend> {
+    pub(crate) rows: usize,                           // n, rows gathered
+    pub(crate) slots: usize,                          // cache slots, pages × PAGE
+    pub(crate) cache: B::Slice<'a, u8>,               // [slots / PAGE, PAGE · 132]
+    pub(crate) index: B::Slice<'a, i32>,              // [n] cache slot of each row
+    pub(crate) k: B::SliceMut<'a, F8E4M3>,            // [n, 128]
+    pub(crate) k_scale: B::SliceMut<'a, f32>,         // [n]
     pub(crate) skipped: Option<B::SliceMut<'a, u32>>, // [1]
 }
 
@@ -24,5 +36,15 @@ pub trait IndexCacheEntry: Backend + Sized {
     unsafe fn index_key_store<const PAGE: usize>(
         &self,
         call: IndexStoreCall<'_, Self>,
+    ) -> Result<()>;
+
+    /// Copies one checked gather's keys and scales out of the cache.
+    ///
+    /// # Safety
+    /// `call` was assembled by `IndexKeyGather::run`: `PAGE` is 64; the slices hold the
+    /// extents in `IndexGatherCall`'s comments; `rows` and `slots` are at most `i32::MAX`.
+    unsafe fn index_key_gather<const PAGE: usize>(
+        &self,
+        call: IndexGatherCall<'_, Self>,
     ) -> Result<()>;
 }
