@@ -4,7 +4,9 @@
 //! the slots of its pages, scattered over the cache as a page table leaves them; the gather
 //! builds the prefill's e4m3 workspace from those slots in token order, so workspace row `p` is
 //! token `p`. The indexer (64 index heads, docs/kernels/indexer.md) picks every query row's
-//! top-2048 of the rows it may see; its `[s_q, 2048]` output goes to the FP8 sparse MLA prefill
+//! top-2048 of the rows it may see, over index keys that took the same road (stored into the
+//! paged index-key cache at the same slots, 132 bytes a token, and gathered back in token
+//! order); its `[s_q, 2048]` output goes to the FP8 sparse MLA prefill
 //! as it is (d_qk 576). Each rank has 16 query heads; the model definition selects the 16-head
 //! tile, so the kernel type runs them with the narrow kernel, not padded to 64 heads.
 //!
@@ -20,7 +22,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
-use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
+use shapeproof::layout::{DeepSeekV32IndexCache, DeepSeekV32KvCache, MLA_CACHE_DIM};
+use shapeproof::ops::index_cache::{IndexKeyGather, IndexKeyRows, IndexKeyStore, RunIndexCache};
 use shapeproof::ops::indexer::{IndexKeys, IndexerQueries, RunIndexer};
 use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows, RunMlaCache};
 use shapeproof::ops::sparse_mla::{OutRow, RunSparseMla, SparseMlaInputs};
@@ -53,8 +56,7 @@ struct Chunk {
     slots: Vec<i32>,         // [s_kv] each token's cache slot (its page's, scattered)
     index_q: Vec<F8E4M3>,    // [s_q, INDEX_HEADS, 128]
     index_weights: Vec<f32>, // [s_q, INDEX_HEADS]
-    index_k: Vec<F8E4M3>,    // [s_kv, 128]
-    index_k_scale: Vec<f32>, // [s_kv]
+    index_k: Vec<bf16>,      // [s_kv, 128] each token's index key (after its norm and RoPE)
     index_end: Vec<i32>,     // [s_q]: prefix + i + 1
 }
 
@@ -86,11 +88,12 @@ impl Chunk {
                 .collect()
         };
         let index_q = unit(&mut rng, s_q * ds::INDEX_HEADS * 128);
-        let index_k = unit(&mut rng, s_kv * 128);
+        let index_k = (0..s_kv * 128)
+            .map(|_| bf16::from_f32((rng.random::<f32>() - 0.5) * 4.0))
+            .collect();
         let index_weights = (0..s_q * ds::INDEX_HEADS)
             .map(|_| (rng.random::<f32>() - 0.5) / 8.0)
             .collect();
-        let index_k_scale = (0..s_kv).map(|_| rng.random_range(0.005..0.02)).collect();
         Self {
             s_q,
             s_kv,
@@ -100,7 +103,6 @@ impl Chunk {
             index_q,
             index_weights,
             index_k,
-            index_k_scale,
             index_end: (0..s_q).map(|i| (prefix + i + 1) as i32).collect(),
         }
     }
@@ -116,14 +118,14 @@ impl Chunk {
             index_q: self.index_q[..rows * ds::INDEX_HEADS * 128].to_vec(),
             index_weights: self.index_weights[..rows * ds::INDEX_HEADS].to_vec(),
             index_k: self.index_k.clone(),
-            index_k_scale: self.index_k_scale.clone(),
             index_end: self.index_end[..rows].to_vec(),
         }
     }
 }
 
-/// The indexer's inputs of a chunk on `b`: every row sees `[0, prefix + i + 1)`.
-fn indexer_inputs<B: Backend>(
+/// The indexer's inputs of a chunk on `b`: every row sees `[0, prefix + i + 1)`; the keys are
+/// stored into a fresh index-key cache at the tokens' slots and gathered back in token order.
+fn indexer_inputs<B: RunIndexCache>(
     b: &B,
     c: &Chunk,
 ) -> (IndexerQueries<B, { ds::INDEX_HEADS }>, IndexKeys<B>) {
@@ -134,16 +136,29 @@ fn indexer_inputs<B: Backend>(
         Tensor::from_host(b, "key_end", &c.index_end, c.s_q).unwrap(),
     )
     .unwrap();
-    let keys = IndexKeys::new(
+    let mut cache = DeepSeekV32IndexCache::<B>::zeros(b, CACHE_PAGES).unwrap();
+    let loc: Vec<i64> = c.slots.iter().map(|&s| s as i64).collect();
+    let rows = IndexKeyRows::new(
         Tensor::from_host(b, "k", &c.index_k, c.s_kv).unwrap(),
-        Tensor::from_host(b, "k_scale", &c.index_k_scale, c.s_kv).unwrap(),
+        Tensor::from_host(b, "loc", &loc, c.s_kv).unwrap(),
     )
     .unwrap();
-    (queries, keys)
+    IndexKeyStore::<64>::new()
+        .run(b, &rows, &mut cache, None)
+        .unwrap();
+    let index = Tensor::from_host(b, "index", &c.slots, c.s_kv).unwrap();
+    let (mut k, mut k_scale) = (
+        Tensor::zeros(b, c.s_kv).unwrap(),
+        Tensor::zeros(b, c.s_kv).unwrap(),
+    );
+    IndexKeyGather::<64>::new()
+        .run(b, &cache, &index, &mut k, &mut k_scale, None)
+        .unwrap();
+    (queries, IndexKeys::new(k, k_scale).unwrap())
 }
 
 /// The indexer's `[s_q, TOPK]` rows of a chunk on `b`: the prefill's indices.
-fn select<B: RunIndexer>(b: &B, c: &Chunk) -> Tensor<B, i32, Cols<{ ds::TOPK }>> {
+fn select<B: RunIndexer + RunIndexCache>(b: &B, c: &Chunk) -> Tensor<B, i32, Cols<{ ds::TOPK }>> {
     let (queries, keys) = indexer_inputs(b, c);
     let mut indices = Tensor::filled(b, c.s_q, i32::MIN).unwrap();
     ds::Indexer::new()
