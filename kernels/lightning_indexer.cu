@@ -393,17 +393,21 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         }
     }
     const int blocks = hi > lo ? (hi - lo + kBlock - 1) / kBlock : 0;
+    // Token g's row by a select, not an index: a register array indexed at run time would
+    // live in local memory.
+    static_assert(kTokens == 2, "row_of selects between two tokens");
+    auto row_of = [&](int g) { return g == 0 ? row_t[0] : row_t[1]; };
 
     // Q rows r = g * H_IDX + h into the canonical layout; a missing token's rows are zeros.
     for (int e = tid; e < N * (kD / 16); e += kThreads) {
         const int r = e / (kD / 16), c = e % (kD / 16);
-        const int t = row_t[r / H_IDX];
+        const int t = row_of(r / H_IDX);
         const bool valid = t >= 0;
         const u8* src = q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
         cp_async_16(smem_addr(sq) + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
     }
     for (int e = tid; e < N; e += kThreads) {
-        const int t = row_t[e / H_IDX];
+        const int t = row_of(e / H_IDX);
         sw[e] = t >= 0 ? weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
     }
     if (tid < kTokens) {
