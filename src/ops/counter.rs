@@ -45,3 +45,19 @@ impl<B: Backend> ErrorCounter<B> {
         self.count.as_slice_mut()
     }
 }
+
+/// The slot a caller-given index names in a cache of `slots` slots, as the CPU references of
+/// the cache ops read it: none for a negative index, none and counted in `skipped` for one at
+/// or past the end (the count wraps, as the device's `atomicAdd` does).
+pub(crate) fn slot_of(index: i64, slots: usize, skipped: &mut Option<&mut [u32]>) -> Option<usize> {
+    if index < 0 {
+        None
+    } else if index as u64 >= slots as u64 {
+        if let Some(count) = skipped {
+            count[0] = count[0].wrapping_add(1);
+        }
+        None
+    } else {
+        Some(index as usize)
+    }
+}

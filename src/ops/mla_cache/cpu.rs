@@ -6,24 +6,10 @@ use crate::backend::Cpu;
 use crate::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, mla_fp8_decode_row, mla_fp8_encode_row};
+use crate::ops::counter::slot_of;
 
 /// The CPU reference runs the op.
 impl super::RunMlaCache for Cpu {}
-
-/// The slot a caller-given index names in a cache of `slots` rows: none for a negative index,
-/// none and counted for one at or past the end (the count wraps, as the device's does).
-fn slot_of(index: i64, slots: usize, skipped: &mut Option<&mut [u32]>) -> Option<usize> {
-    if index < 0 {
-        None
-    } else if index as u64 >= slots as u64 {
-        if let Some(count) = skipped {
-            count[0] = count[0].wrapping_add(1);
-        }
-        None
-    } else {
-        Some(index as usize)
-    }
-}
 
 impl MlaCacheEntry for Cpu {
     unsafe fn mla_cache_store<const GROUP: usize>(
