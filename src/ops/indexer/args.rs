@@ -138,6 +138,19 @@ checked_struct! {
 /// draft tokens.
 pub const MAX_NEXT_N: usize = 4;
 
+/// `next_n` is 1 ..= [`MAX_NEXT_N`].
+fn check_next_n(next_n: usize) -> Result<()> {
+    if (1..=MAX_NEXT_N).contains(&next_n) {
+        Ok(())
+    } else {
+        Err(Error::Value {
+            param: "next_n",
+            value: next_n as i64,
+            range: format!("1 ..= {MAX_NEXT_N}"),
+        })
+    }
+}
+
 impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX, S> {
     /// Ties q and the weights (`B · next_n` rows), the block table (`B · max_pages` entries)
     /// and the lengths (`B`) to one batch. `next_n` is 1 ..= 4; `64 · max_pages` positions
@@ -150,13 +163,7 @@ impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX
         seq_lens: Tensor<B, i32, Scalar, S>,
         next_n: usize,
     ) -> Result<Self> {
-        if !(1..=MAX_NEXT_N).contains(&next_n) {
-            return Err(Error::Value {
-                param: "next_n",
-                value: next_n as i64,
-                range: format!("1 ..= {MAX_NEXT_N}"),
-            });
-        }
+        check_next_n(next_n)?;
         let page = shapeproof_rules::INDEX_CACHE_PAGE;
         let most_pages = i32::MAX as usize / page;
         if max_pages > most_pages {
@@ -227,16 +234,9 @@ impl<B: super::RunIndexer, const TOPK: usize> PagedIndexerWorkspace<B, TOPK> {
     /// The scratch of calls over `batch` sequences of `next_n` query tokens and block tables of
     /// `max_pages` columns, planned for `backend` (the CPU reference needs none).
     pub fn new(backend: &B, batch: usize, next_n: usize, max_pages: usize) -> Result<Self> {
-        if !(1..=MAX_NEXT_N).contains(&next_n) {
-            return Err(Error::Value {
-                param: "next_n",
-                value: next_n as i64,
-                range: format!("1 ..= {MAX_NEXT_N}"),
-            });
-        }
+        check_next_n(next_n)?;
         let rows = Error::elements("B · next_n", batch, next_n)?;
-        let pairs = batch * next_n.div_ceil(2);
-        let plan = backend.paged_indexer_plan(pairs, max_pages, TOPK);
+        let plan = backend.paged_indexer_plan(batch, next_n, max_pages, TOPK);
         let (splits, blocks_per_split) = (plan.splits, plan.blocks_per_split);
         let (lists, merged) = if splits > 1 {
             (

@@ -96,7 +96,13 @@ impl IndexerEntry for Cpu {
     }
 
     /// The reference selects each row whole: no split, no scratch.
-    fn paged_indexer_plan(&self, _pairs: usize, max_pages: usize, _topk: usize) -> PagedPlan {
+    fn paged_indexer_plan(
+        &self,
+        _batch: usize,
+        _next_n: usize,
+        max_pages: usize,
+        _topk: usize,
+    ) -> PagedPlan {
         PagedPlan {
             splits: 1,
             blocks_per_split: max_pages,

@@ -331,9 +331,17 @@ impl IndexerEntry for Cuda {
         }
     }
 
-    fn paged_indexer_plan(&self, pairs: usize, max_pages: usize, topk: usize) -> PagedPlan {
+    fn paged_indexer_plan(
+        &self,
+        batch: usize,
+        next_n: usize,
+        max_pages: usize,
+        topk: usize,
+    ) -> PagedPlan {
+        // A CTA takes `TOKENS_PER_CTA` of a sequence's tokens: the CTAs before splitting.
+        let ctas = batch * next_n.div_ceil(TOKENS_PER_CTA);
         let (splits, blocks_per_split) =
-            paged_indexer_split(self.sm_count() as usize, pairs, max_pages);
+            paged_indexer_split(self.sm_count() as usize, ctas, max_pages);
         PagedPlan {
             splits,
             blocks_per_split,

@@ -59,9 +59,15 @@ pub trait IndexerEntry: Backend + Sized {
         call: IndexerCall<'_, Self>,
     ) -> Result<()>;
 
-    /// How this backend splits a paged call of `pairs` query pairs (two tokens of a sequence)
+    /// How this backend splits a paged call of `batch` sequences of `next_n` query tokens
     /// over block tables of `max_pages` pages at top-k `topk`.
-    fn paged_indexer_plan(&self, pairs: usize, max_pages: usize, topk: usize) -> PagedPlan;
+    fn paged_indexer_plan(
+        &self,
+        batch: usize,
+        next_n: usize,
+        max_pages: usize,
+        topk: usize,
+    ) -> PagedPlan;
 
     /// Selects one checked paged call's top-k cache slots.
     ///

@@ -84,8 +84,9 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
 /// The fields are private: the plan and the buffers' extents stay what `new` made them.
 pub struct DecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usize> {
     pub(crate) rows: usize,
-    /// Top-k splits a row (1: not split).
+    /// Top-k splits a row (1: not split), of `blocks_per_split` 64-slot blocks each.
     pub(crate) splits: usize,
+    pub(crate) blocks_per_split: usize,
     /// Partial outputs `[rows, H_Q, splits, 512]` f32 (one element when not split).
     pub(crate) part_o: Tensor<B, f32, Scalar>,
     /// Partial log-sum-exps `[rows, H_Q, splits]` (one element when not split).
@@ -96,7 +97,7 @@ impl<B: super::RunDecode, const H_Q: usize, const TOPK: usize> DecodeWorkspace<B
     /// The scratch of steps of `rows` query rows, planned for `backend` (the CPU reference
     /// needs none).
     pub fn new(backend: &B, rows: usize) -> Result<Self> {
-        let splits = backend.decode_splits(rows, H_Q, TOPK);
+        let (splits, blocks_per_split) = backend.decode_splits(rows, H_Q, TOPK);
         let parts = if splits > 1 {
             Error::elements(
                 "workspace",
@@ -109,6 +110,7 @@ impl<B: super::RunDecode, const H_Q: usize, const TOPK: usize> DecodeWorkspace<B
         Ok(Self {
             rows,
             splits,
+            blocks_per_split,
             part_o: Tensor::zeros(backend, Error::elements("workspace", parts, 512)?)?,
             part_lse: Tensor::zeros(backend, parts)?,
         })

@@ -14,8 +14,8 @@ impl super::RunDecode for Cpu {}
 
 impl DecodeEntry for Cpu {
     /// The reference takes each row whole: no split, no scratch.
-    fn decode_splits(&self, _rows: usize, _heads: usize, _topk: usize) -> usize {
-        1
+    fn decode_splits(&self, _rows: usize, _heads: usize, topk: usize) -> (usize, usize) {
+        (1, topk)
     }
 
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(

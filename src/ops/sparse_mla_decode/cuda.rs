@@ -95,8 +95,8 @@ pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
 impl RunDecode for Cuda {}
 
 impl DecodeEntry for Cuda {
-    fn decode_splits(&self, rows: usize, heads: usize, topk: usize) -> usize {
-        decode_splits(rows, heads, topk).0
+    fn decode_splits(&self, rows: usize, heads: usize, topk: usize) -> (usize, usize) {
+        decode_splits(rows, heads, topk)
     }
 
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
@@ -111,17 +111,13 @@ impl DecodeEntry for Cuda {
             mut out,
             mut lse,
             splits,
+            blocks_per_split: per_split,
             mut part_o,
             mut part_lse,
         } = call;
         if rows == 0 {
             return Ok(());
         }
-        // The plan `DecodeWorkspace::new` sized the partial buffers by: the same function of
-        // the same row count (checked by `run`), so this holds; checked again because the
-        // buffers' extents depend on it.
-        let (planned, per_split) = decode_splits(rows, H_Q, TOPK);
-        crate::error::Error::check_extent("workspace", "top-k splits a row", planned, splits)?;
         let mut args = DeviceArgs::new(self)?;
         let params = DecodeParams {
             q: args.read_vectors("q", &queries.q)?,

@@ -15,22 +15,24 @@ pub struct DecodeCall<'a, B: Backend> {
     pub(crate) out: B::SliceMut<'a, bf16>,        // [rows, H_Q, 512]
     pub(crate) lse: B::SliceMut<'a, f32>,         // [rows, H_Q]
     pub(crate) splits: usize,                     // top-k splits a row, planned for `rows`
+    pub(crate) blocks_per_split: usize,           // 64-slot blocks of a split
     pub(crate) part_o: B::SliceMut<'a, f32>,      // [rows, H_Q, splits, 512] when split
     pub(crate) part_lse: B::SliceMut<'a, f32>,    // [rows, H_Q, splits] when split
 }
 
 /// The per-backend entry: the private supertrait of [`RunDecode`](super::RunDecode).
 pub trait DecodeEntry: Backend + Sized {
-    /// Top-k splits a row of a step of `rows` rows of `heads` heads at top-k `topk`.
-    fn decode_splits(&self, rows: usize, heads: usize, topk: usize) -> usize;
+    /// How a step of `rows` rows of `heads` heads at top-k `topk` splits a row's top-k:
+    /// `(splits, blocks_per_split)` (`(1, _)`: not split).
+    fn decode_splits(&self, rows: usize, heads: usize, topk: usize) -> (usize, usize);
 
     /// Runs one checked decode step.
     ///
     /// # Safety
     /// `call` was assembled by `SparseMlaDecode::run`: `H_Q` one of 8, 16, 32, 64, 128 and
     /// `TOPK` a positive multiple of 128; the slices hold the extents in `DecodeCall`'s
-    /// comments; `rows · H_Q` and `slots` are at most `i32::MAX`; `splits` is this backend's
-    /// `decode_splits` for `rows`, and the partial buffers hold its extents.
+    /// comments; `rows · H_Q` and `slots` are at most `i32::MAX`; `(splits, blocks_per_split)` is
+    /// this backend's `decode_splits` for `rows`, and the partial buffers hold its extents.
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodeCall<'_, Self>,

@@ -102,6 +102,7 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
                 out: out.as_slice_mut(),
                 lse: lse.as_slice_mut(),
                 splits: workspace.splits,
+                blocks_per_split: workspace.blocks_per_split,
                 part_o: workspace.part_o.as_slice_mut(),
                 part_lse: workspace.part_lse.as_slice_mut(),
             })
