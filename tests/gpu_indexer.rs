@@ -28,6 +28,20 @@ fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
 }
 
+/// Prints how many of the GPU's rows differ from the exact set (inside the band) and how many
+/// equal the CPU's.
+fn report(what: &str, differing: usize, got: &[i32], cpu: &[i32], topk: usize) {
+    let rows = got.len() / topk;
+    let same = got
+        .chunks_exact(topk)
+        .zip(cpu.chunks_exact(topk))
+        .filter(|(g, c)| g == c)
+        .count();
+    eprintln!(
+        "{what}: {differing} rows differ from the exact set inside the band, {same}/{rows} rows equal the CPU's"
+    );
+}
+
 fn case<const H: usize, const TOPK: usize>(tokens: usize, history: usize, scores: Scores)
 where
     Dim<H>: IndexerHeads,
@@ -40,13 +54,7 @@ where
     let indexer = LightningIndexer::<H, TOPK>::new();
     let got = s.run(&cuda, &indexer);
     let differing = check_rows(&what, &s, &got, TOPK);
-    let cpu = s.run(&Cpu, &indexer);
-    let same_as_cpu = (0..tokens)
-        .filter(|&t| got[t * TOPK..(t + 1) * TOPK] == cpu[t * TOPK..(t + 1) * TOPK])
-        .count();
-    eprintln!(
-        "{what}: {differing} rows differ from the exact set inside the band, {same_as_cpu}/{tokens} rows equal the CPU's"
-    );
+    report(&what, differing, &got, &s.run(&Cpu, &indexer), TOPK);
     assert_eq!(s.run(&cuda, &indexer), got, "{what}: a second run differs");
 }
 
@@ -130,14 +138,7 @@ fn paged_case<const H: usize, const TOPK: usize>(
     let got = s.run(&cuda, &indexer);
     let flat = s.to_flat(&what, &got, TOPK);
     let differing = check_rows(&what, &s.flat, &flat, TOPK);
-    let cpu = s.run(&Cpu, &indexer);
-    let tokens = lens.len() * next_n;
-    let same_as_cpu = (0..tokens)
-        .filter(|&t| got[t * TOPK..(t + 1) * TOPK] == cpu[t * TOPK..(t + 1) * TOPK])
-        .count();
-    eprintln!(
-        "{what}: {differing} rows differ from the exact set inside the band, {same_as_cpu}/{tokens} rows equal the CPU's"
-    );
+    report(&what, differing, &got, &s.run(&Cpu, &indexer), TOPK);
     assert_eq!(s.run(&cuda, &indexer), got, "{what}: a second run differs");
 }
 
