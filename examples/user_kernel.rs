@@ -14,10 +14,11 @@
 #[path = "kernels/head_rmsnorm.rs"]
 mod head_rmsnorm;
 
-use head_rmsnorm::{HeadRmsNorm, RunHeadRmsNorm};
+use head_rmsnorm::HeadRmsNorm;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cpu, Cuda, cuda};
+use shapeproof::kernel::Run;
 use shapeproof::prelude::bf16;
 use shapeproof::tensor::{Cols, Heads, Tensor};
 
@@ -76,7 +77,7 @@ fn main() -> shapeproof::Result<()> {
 }
 
 /// Uploads the inputs to `backend`, runs the kernel, returns the output on the host.
-fn run<B: RunHeadRmsNorm>(
+fn run<B: Run<HeadRmsNorm<HEADS, HD>>>(
     backend: &B,
     norm: &HeadRmsNorm<HEADS, HD>,
     x: &[bf16],

@@ -86,14 +86,41 @@
 //! `cuLaunchKernel` under a [`LaunchShape`](crate::backend::cuda::LaunchShape). `launch` is
 //! `unsafe`: the extents are the caller's promise.
 //!
-//! # 4. The CPU path, and the two doors
+//! # 4. The call, the CPU path, and the two doors
 //!
-//! Declare a `Run…` trait on [`Backend`](crate::backend::Backend) with one method, implement it
-//! for [`Cpu`](crate::backend::Cpu) (plain Rust with the kernel's exact semantics, its
-//! arithmetic in the same order where the results should agree bit for bit) and for
-//! [`Cuda`](crate::backend::Cuda) (part 3). That method is the **raw door**: an `unsafe fn`
-//! taking borrowed slices, whose `# Safety` section lists the extents the kernel relies on,
-//! since it checks nothing. The kernel's `run` is the **safe door**: it checks the runtime
-//! extents once (returning an [`Error`](crate::Error) that names the argument) and then calls
-//! the raw door inside `unsafe`, so the same typed call runs on both backends, a test compares
-//! them, and no safe caller can reach the kernel with the wrong extents.
+//! Implement [`Kernel`] on the kernel type: its **call** is a struct generic over the backend
+//! holding one call's borrowed slices (`B::Slice`, `B::SliceMut`), with private fields, so
+//! that only the kernel's own module can assemble one. Implement [`Run<K>`](Run) on
+//! [`Cpu`](crate::backend::Cpu) (plain Rust with the kernel's exact semantics, its arithmetic
+//! in the same order where the results should agree bit for bit) and on
+//! [`Cuda`](crate::backend::Cuda) (part 3). `Run::enter` is the **raw door**: it checks
+//! nothing, so it is `unsafe`, and the call's documentation lists the extents the kernel relies
+//! on. The kernel's `run` is the **safe door**: generic over `B: Run<Self>`, it checks the
+//! runtime extents once (returning an [`Error`](crate::Error) that names the argument) and then
+//! enters the raw door inside `unsafe`, so the same typed call runs on both backends, a test
+//! compares them, no safe caller can reach the kernel with the wrong extents, and code generic
+//! over backends names one bound (`B: Run<HeadRmsNorm<8, 128>>`).
+
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// A kernel declared outside the library: the type of one call (its buffers and runtime
+/// parameters) on a backend (see the
+/// [module docs](self), part 4). The library's own families have the same parts, sealed
+/// (`<Family>Call`, `<Family>Entry`).
+pub trait Kernel {
+    /// One call on backend `B`: borrowed buffers and runtime parameters, assembled only by the
+    /// kernel's safe `run`.
+    type Call<'a, B: Backend>;
+}
+
+/// A backend that runs kernel `K`: the raw door `K`'s safe `run` enters once the extents are
+/// tied, and the bound that code generic over backends names.
+pub trait Run<K: Kernel>: Backend + Sized {
+    /// Runs one call of `K`.
+    ///
+    /// # Safety
+    /// `call` has the extents `K`'s `run` ties, as the call type's documentation states them: a
+    /// CUDA kernel checks no bound.
+    unsafe fn enter(&self, call: K::Call<'_, Self>) -> Result<()>;
+}

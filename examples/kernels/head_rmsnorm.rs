@@ -1,13 +1,12 @@
 //! A kernel declared outside the library (`shapeproof::kernel`): per-head RMSNorm of bf16 rows,
-//! `out = x / sqrt(mean(x²) + eps) · gamma`, one `[HD]` gamma shared by the heads. Its parts: the
-//! type and its rule, the CUDA source (`head_rmsnorm.cu`) and its parameter mirror, the safe
-//! `run` that ties the extents, and the raw door on each backend (the CPU one does the CUDA
-//! one's arithmetic in its order, so the two agree bit for bit).
+//! `out = x / sqrt(mean(x²) + eps) · gamma` (one `[HD]` gamma), on the CPU with the arithmetic
+//! of `head_rmsnorm.cu` in its order (the two agree bit for bit) and on CUDA.
 
 use shapeproof::Result;
 use shapeproof::backend::cuda::{DeviceArgs, LaunchShape};
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dim::Dim;
+use shapeproof::kernel::{Kernel, Run};
 use shapeproof::prelude::bf16;
 use shapeproof::tensor::{Cols, Heads, Tensor};
 
@@ -23,6 +22,19 @@ shapeproof::dim_rule! {
 /// Per-head RMSNorm of rows of `HEADS` heads of `HD` channels, with epsilon `eps`.
 pub struct HeadRmsNorm<const HEADS: usize, const HD: usize>(f32);
 
+/// One call on backend `B`, assembled only by [`HeadRmsNorm::run`]: `x` and `out` hold the same
+/// whole number of `[HEADS, HD]` rows, `gamma` `HD` values (the CUDA kernel checks no bound).
+pub struct NormCall<'a, B: Backend> {
+    eps: f32,
+    x: B::Slice<'a, bf16>,      // [rows, HEADS, HD]
+    gamma: B::Slice<'a, bf16>,  // [HD]
+    out: B::SliceMut<'a, bf16>, // [rows, HEADS, HD]
+}
+
+impl<const HEADS: usize, const HD: usize> Kernel for HeadRmsNorm<HEADS, HD> {
+    type Call<'a, B: Backend> = NormCall<'a, B>;
+}
+
 impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
     /// The kernel. Checked: `HD` is a [`WarpHeadDim`].
     pub fn new(eps: f32) -> Self
@@ -33,7 +45,7 @@ impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
     }
 
     /// The safe door: normalizes every row of `x` into `out` once the extents are tied.
-    pub fn run<B: RunHeadRmsNorm>(
+    pub fn run<B: Run<Self>>(
         &self,
         b: &B,
         x: &Tensor<B, bf16, Heads<HEADS, HD>>,
@@ -42,48 +54,26 @@ impl<const HEADS: usize, const HD: usize> HeadRmsNorm<HEADS, HD> {
     ) -> Result<()> {
         out.expect_rows("out", "rows (as x)", x.rows())?;
         gamma.expect_rows("gamma", "rows", 1)?;
-        let (x, gamma, out) = (x.as_slice(), gamma.as_slice(), out.as_slice_mut());
+        let (eps, x, gamma, out) = (self.0, x.as_slice(), gamma.as_slice(), out.as_slice_mut());
         // SAFETY: x and out hold the same rows of HEADS × HD values, gamma HD values.
-        unsafe { b.head_rmsnorm::<HEADS, HD>(self.0, x, gamma, out) }
+        unsafe { b.enter(NormCall { eps, x, gamma, out }) }
     }
 }
 
-/// A backend that runs [`HeadRmsNorm`]: the raw door.
-pub trait RunHeadRmsNorm: Backend + Sized {
-    /// # Safety
-    /// `out` is as long as `x`, a whole number of `[HEADS, HD]` rows, and `gamma` is `HD` long:
-    /// the CUDA kernel checks no bound.
-    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
-        &self,
-        eps: f32,
-        x: Self::Slice<'_, bf16>,
-        gamma: Self::Slice<'_, bf16>,
-        out: Self::SliceMut<'_, bf16>,
-    ) -> Result<()>;
-}
-
-impl RunHeadRmsNorm for Cpu {
-    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
-        &self,
-        eps: f32,
-        x: &[bf16],
-        gamma: &[bf16],
-        out: &mut [bf16],
-    ) -> Result<()> {
-        for (x, out) in x.chunks_exact(HD).zip(out.chunks_exact_mut(HD)) {
+impl<const HEADS: usize, const HD: usize> Run<HeadRmsNorm<HEADS, HD>> for Cpu {
+    unsafe fn enter(&self, call: NormCall<'_, Cpu>) -> Result<()> {
+        for (x, out) in call.x.chunks_exact(HD).zip(call.out.chunks_exact_mut(HD)) {
             // Lane l sums the squares of channels l, l + 32, … with fused multiply-adds; the xor
-            // butterfly then leaves every lane with the same total.
+            // butterfly's total is lane 0's: pairs 16, 8, 4, 2, 1 lanes apart added in turn.
             let mut lanes: [f32; 32] = std::array::from_fn(|l| {
-                (l..HD)
-                    .step_by(32)
-                    .fold(0.0, |s, c| x[c].to_f32().mul_add(x[c].to_f32(), s))
+                let squares = x[l..].iter().step_by(32).map(|v| v.to_f32());
+                squares.fold(0.0, |s, v| v.mul_add(v, s))
             });
-            for mask in [16, 8, 4, 2, 1] {
-                let before = lanes;
-                lanes = std::array::from_fn(|l| before[l] + before[l ^ mask]);
+            for half in [16, 8, 4, 2, 1] {
+                (0..half).for_each(|l| lanes[l] += lanes[l + half]);
             }
-            let inv = 1.0 / (lanes[0] / HD as f32 + eps).sqrt();
-            for ((o, v), g) in out.iter_mut().zip(x).zip(gamma) {
+            let inv = 1.0 / (lanes[0] / HD as f32 + call.eps).sqrt();
+            for ((o, v), g) in out.iter_mut().zip(x).zip(call.gamma) {
                 *o = bf16::from_f32(v.to_f32() * inv * g.to_f32());
             }
         }
@@ -99,26 +89,19 @@ shapeproof::cuda_kernel! {
     }
 }
 
-impl RunHeadRmsNorm for Cuda {
-    unsafe fn head_rmsnorm<const HEADS: usize, const HD: usize>(
-        &self,
-        eps: f32,
-        x: Self::Slice<'_, bf16>,
-        gamma: Self::Slice<'_, bf16>,
-        mut out: Self::SliceMut<'_, bf16>,
-    ) -> Result<()> {
-        let rows = x.len() / (HEADS * HD);
+impl<const HEADS: usize, const HD: usize> Run<HeadRmsNorm<HEADS, HD>> for Cuda {
+    unsafe fn enter(&self, mut call: NormCall<'_, Cuda>) -> Result<()> {
+        let rows = call.x.len() / (HEADS * HD);
         let mut args = DeviceArgs::new(self)?; // each buffer admitted: this context, this stream
         let params = HeadRmsNormParams {
-            x: args.read("x", &x)?,
-            gamma: args.read("gamma", &gamma)?,
-            out: args.write("out", &mut out)?,
+            x: args.read("x", &call.x)?,
+            gamma: args.read("gamma", &call.gamma)?,
+            out: args.write("out", &mut call.out)?,
             rows: rows as i64,
-            eps,
+            eps: call.eps,
         };
         let shape = LaunchShape::linear("x", rows * HEADS * 32, 128)?; // a warp a (row, head)
-        // SAFETY: x and out hold rows × HEADS × HD values and gamma HD (the caller's contract),
-        // all the kernel touches under this shape; every address came from `args`.
+        // SAFETY: all the kernel touches under this shape is in the call's buffers, via `args`.
         unsafe { args.launch::<HeadRmsNorm<HEADS, HD>>(shape, &params) }
     }
 }
