@@ -176,11 +176,12 @@ def extra_fields(records, known):
 
 
 def run_line(run, source, limits):
-    """The line under a table's heading: commit, GPU, date, the limit of the same run."""
-    text = f"Commit `{run.commit}`, {run.gpu}, {run.date}"
-    if limits:
-        text += "; " + "; ".join(limits)
-    return prose(text + f". From `{rel(run.path)}` ({source}).")
+    """The line under a table's heading: commit, GPU, date, the limits measured in the same run
+    (defined once, in bench/results/README.md), the file and the benchmark that wrote it."""
+    del source  # named once, in the file's introduction
+    parts = [f"`{run.commit}`", run.gpu.removeprefix("NVIDIA "), run.date]
+    parts += [l for l in limits if l]
+    return prose(" · ".join(parts + [f"`{os.path.basename(run.path)}`"]))
 
 
 def rel(path):
@@ -225,7 +226,9 @@ CANDLE = ("candle_launch.json", "`benches/candle_launch.rs`")
 INDEXER = ("indexer.json", "`benches/indexer.rs`")
 MLA_CACHE = ("mla_cache.json", "`benches/mla_cache.rs`")
 DECODE = ("mla_decode.json", "`benches/mla_decode.rs`")
-KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0]]
+DECODE_TORCH = ("decode_torch.json", "`bench/decode_torch.py`")
+KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0],
+               DECODE_TORCH[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
 NARROW = r"narrow_sq(\d+)_skv(\d+)_heads(\d+)_d(\d+)_topk(\d+)"
@@ -245,8 +248,7 @@ def fp8_limit(run):
     value = None if rec is None else rec.get("tflops")
     if missing(value):
         return None, "FP8 matmul rate not measured in this run"
-    return value, (f"FP8 matmul (`torch._scaled_mm`, e4m3, 8192³) **{value:.0f} TFLOP/s** in the "
-                   "same run")
+    return value, f"FP8 matmul **{value:.0f} TFLOP/s**"
 
 
 def copy_limit(run):
@@ -254,7 +256,7 @@ def copy_limit(run):
     value = None if rec is None else rec.get("gbs")
     if missing(value):
         return None, "copy bandwidth not measured in this run"
-    return value, f"device copy bandwidth **{value:.0f} GB/s** (read + write) in the same run"
+    return value, f"copy **{value:.0f} GB/s**"
 
 
 def paired(recs, key, side):
@@ -452,7 +454,7 @@ def host_launch(run, results_dir):
     if run is None:
         return out + no_run(results_dir, *PROLOGUE)
     rec = run.get("host_launch")
-    out += run_line(run, PROLOGUE[1], ["the reference is the raw launch of the same run"])
+    out += run_line(run, PROLOGUE[1], ["against the raw launch of the same run"])
     if rec is None:
         return out + none_of_kind(run)
     keys = [k for k in HOST_LABELS if k in rec] + [k for k in rec if k not in HOST_LABELS]
@@ -477,7 +479,7 @@ def candle_launch(run, results_dir):
     if run is None:
         return out + no_run(results_dir, *CANDLE)
     recs = run.matching(CANDLE_REC)
-    out += run_line(run, CANDLE[1], ["the reference is the raw launch of the same run"])
+    out += run_line(run, CANDLE[1], ["against the raw launch of the same run"])
     if not recs:
         return out + none_of_kind(run)
     known = {k for k, _ in CANDLE_LABELS}
@@ -567,10 +569,36 @@ def mla_cache(run, results_dir):
     return out + table(["op", "rows", "µs", "GB/s", "of copy"], rows) + [""]
 
 
-def mla_decode(run, results_dir):
-    return rate_table(run, results_dir, "### Sparse MLA decode over the FP8 cache", DECODE,
-                      DECODE_REC, "(B, s_q, h_q, TOPK)", lambda m: "({}, {}, {}, {})".format(*m.groups()),
-                      "us", 1)
+def mla_decode(run, torch, results_dir):
+    """The decode's rate table, with the same computation in PyTorch (`decode_torch.json`,
+    matched by record name) beside each row where that run has it."""
+    out = ["### Sparse MLA decode over the FP8 cache, beside PyTorch", ""]
+    if run is None:
+        return out + no_run(results_dir, *DECODE)
+    limit, limit_text = fp8_limit(run)
+    out += run_line(run, DECODE[1], [limit_text, copy_limit(run)[1]])
+    if torch is not None:
+        note = f"PyTorch {torch.data.get('torch', '?')}: `{os.path.basename(torch.path)}`"
+        note += f" of commit `{torch.commit}`"
+        if torch.commit != run.commit:
+            note += f", **not** the decode run above (`{run.commit}`)"
+        out += prose(note + "; its shapeproof column is that run's own timing.")
+    recs = run.matching(DECODE_REC)
+    if not recs:
+        return out + none_of_kind(run)
+    rows = []
+    for m, name, f in recs:
+        t = torch.get(name) if torch is not None else None
+        t = t or {}
+        rows.append(["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1),
+                     num(f.get("tflops"), 0),
+                     DASH if limit is None else pct(f.get("tflops") / limit),
+                     num(t.get("eager_us"), 1), num(t.get("compiled_us"), 1),
+                     times(ratio(t.get("eager_us"), t.get("shapeproof_us")), 1),
+                     times(ratio(t.get("compiled_us"), t.get("shapeproof_us")), 2)])
+    header = ["(B, s_q, h_q, TOPK)", "µs", "TFLOP/s", "of FP8 matmul", "eager µs",
+              "compile µs", "eager / shapeproof", "compile / shapeproof"]
+    return out + table(header, rows) + [""]
 
 
 def render(results_dir):
@@ -599,9 +627,10 @@ def render(results_dir):
     out += mla_cache(runs[MLA_CACHE[0]], results_dir)
     if runs[MLA_CACHE[0]] is not None:
         out += others(runs[MLA_CACHE[0]])
-    out += mla_decode(runs[DECODE[0]], results_dir)
-    if runs[DECODE[0]] is not None:
-        out += others(runs[DECODE[0]])
+    out += mla_decode(runs[DECODE[0]], runs[DECODE_TORCH[0]], results_dir)
+    for name in (DECODE[0], DECODE_TORCH[0]):
+        if runs[name] is not None:
+            out += others(runs[name])
     if os.path.isdir(results_dir):
         for name in sorted(os.listdir(results_dir)):
             if name.endswith(".json") and name not in KNOWN_FILES:
