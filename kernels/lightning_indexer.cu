@@ -527,6 +527,10 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             wgmma_wait<1>();
         } else {
             wgmma_wait<0>();
+            // Every thread has read block b - 1's counts (its cut decisions) before any admits
+            // block b's candidates into them: without this barrier a late thread could see a
+            // count the last block already raised and enter a cut alone.
+            __syncthreads();
         }
         fence_regs(cur);
         consume(cur, b);

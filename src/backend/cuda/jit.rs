@@ -60,13 +60,28 @@ pub fn full_source(kernel_source: &str) -> String {
     format!("{COMMON_SOURCE}\n{kernel_source}")
 }
 
-/// The NVRTC options every kernel is compiled with (part of the cache key).
-fn compile_options(arch: Arch) -> [String; 3] {
-    [
+/// The NVRTC options every kernel is compiled with (part of the cache key). With
+/// `SHAPEPROOF_LINE_INFO=1` in the environment (read once a process) the kernels also carry
+/// line information, so that compute-sanitizer and Nsight Compute name source lines (a
+/// debugging aid: such kernels are cached under their own key).
+fn compile_options(arch: Arch) -> Vec<String> {
+    let mut options = vec![
         format!("--gpu-architecture={}", arch.as_str()),
         "-std=c++17".to_string(),
         "--device-int128".to_string(),
-    ]
+    ];
+    if line_info() {
+        options.push("--generate-line-info".to_string());
+    }
+    options
+}
+
+/// Whether `SHAPEPROOF_LINE_INFO` asks for line information (any value but empty or `0`).
+fn line_info() -> bool {
+    static LINE_INFO: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LINE_INFO.get_or_init(|| {
+        std::env::var_os("SHAPEPROOF_LINE_INFO").is_some_and(|v| !v.is_empty() && v != "0")
+    })
 }
 
 /// Compiles `instantiation` of `kernel_source` (a file of `kernels/`, without common.cuh) with
