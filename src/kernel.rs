@@ -124,3 +124,14 @@ pub trait Run<K: Kernel>: Backend + Sized {
     /// CUDA kernel checks no bound.
     unsafe fn enter(&self, call: K::Call<'_, Self>) -> Result<()>;
 }
+
+/// Everything a kernel declared outside the library names: the crate [`prelude`](crate::prelude),
+/// the two traits of part 4, the launch helpers of part 3 and the row shape of per-head rows.
+/// `use shapeproof::kernel::prelude::*;` is the one import of
+/// `examples/kernels/head_rmsnorm.rs`.
+pub mod prelude {
+    pub use super::{Kernel, Run};
+    pub use crate::backend::cuda::{DeviceArgs, LaunchShape};
+    pub use crate::prelude::*;
+    pub use crate::tensor::Heads;
+}

@@ -2,13 +2,7 @@
 //! `out = x / sqrt(mean(x²) + eps) · gamma` (one `[HD]` gamma), on the CPU with the arithmetic
 //! of `head_rmsnorm.cu` in its order (the two agree bit for bit) and on CUDA.
 
-use shapeproof::Result;
-use shapeproof::backend::cuda::{DeviceArgs, LaunchShape};
-use shapeproof::backend::{Backend, Cpu, Cuda};
-use shapeproof::dim::Dim;
-use shapeproof::kernel::{Kernel, Run};
-use shapeproof::prelude::bf16;
-use shapeproof::tensor::{Cols, Heads, Tensor};
+use shapeproof::kernel::prelude::*;
 
 shapeproof::dim_rule! {
     /// A head dim one warp can normalize: 32 lanes × `HD / 32` channels in registers.
@@ -66,8 +60,7 @@ impl<const HEADS: usize, const HD: usize> Run<HeadRmsNorm<HEADS, HD>> for Cpu {
             // Lane l sums the squares of channels l, l + 32, … with fused multiply-adds; the xor
             // butterfly's total is lane 0's: pairs 16, 8, 4, 2, 1 lanes apart added in turn.
             let mut lanes: [f32; 32] = std::array::from_fn(|l| {
-                let squares = x[l..].iter().step_by(32).map(|v| v.to_f32());
-                squares.fold(0.0, |s, v| v.mul_add(v, s))
+                (x[l..].iter().step_by(32)).fold(0.0, |s, v| v.to_f32().mul_add(v.to_f32(), s))
             });
             for half in [16, 8, 4, 2, 1] {
                 (0..half).for_each(|l| lanes[l] += lanes[l + half]);
