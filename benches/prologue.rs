@@ -22,6 +22,7 @@ use common::{Record, gpu, time_us};
 use cudarc::driver::sys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shapeproof::backend::cuda::DeviceArgs;
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dtype::bf16;
 use shapeproof::ops::prologue::*;
@@ -40,6 +41,9 @@ const EXTEND_SEQ_LEN: usize = 1024;
 const LONG_TOKENS: [usize; 3] = [4096, 16384, 65536];
 /// Calls per captured graph.
 const GRAPH_CALLS: usize = 20;
+/// Buffers the MXFP8 verify call admits (batch 5 with tau, weights 4, conv 2, outputs and store
+/// 8, windows 2): the admission breakdown admits as many.
+const ADMITTED_BUFFERS: usize = 21;
 type Row = PackedRow<DQ, DKV, 128>;
 type Conv = InklingConv;
 
@@ -529,6 +533,12 @@ fn main() {
     // the two driver queries of every launch (the current context, the stream's capture state).
     let (mut plan_rounds, mut lookup_rounds, mut ctx_rounds, mut capture_rounds) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // And of the checked call: an empty argument list (the queue check, made and dropped), and
+    // one with as many admitted buffers as this call has (all of one allocation).
+    let (mut empty_args_rounds, mut admit_rounds) = (Vec::new(), Vec::new());
+    let probe = g.stream().alloc_zeros::<u8>(256).unwrap();
+    let probe = probe.as_view();
+    let buffers = ADMITTED_BUFFERS;
     let per_call = |rounds: &mut Vec<f64>, f: &mut dyn FnMut()| {
         let t0 = Instant::now();
         for _ in 0..n {
@@ -545,6 +555,15 @@ fn main() {
                 g.function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
                     .unwrap(),
             );
+        });
+        per_call(&mut empty_args_rounds, &mut || {
+            std::hint::black_box(DeviceArgs::new(&g).unwrap());
+        });
+        per_call(&mut admit_rounds, &mut || {
+            let mut args = DeviceArgs::new(&g).unwrap();
+            for _ in 0..buffers {
+                std::hint::black_box(args.read("probe", &probe).unwrap());
+            }
         });
         per_call(&mut ctx_rounds, &mut || {
             std::hint::black_box(cudarc::driver::result::ctx::get_current().unwrap());
@@ -579,8 +598,14 @@ fn main() {
     let lookup = common::median(&mut lookup_rounds);
     let ctx_query = common::median(&mut ctx_rounds);
     let capture_query = common::median(&mut capture_rounds);
+    let empty_args = common::median(&mut empty_args_rounds);
+    let admit = common::median(&mut admit_rounds);
     println!(
         "of which: checked call without launch {plan:.3} µs, kernel lookup {lookup:.3} µs, cuCtxGetCurrent {ctx_query:.3} µs, cuStreamIsCapturing {capture_query:.3} µs"
+    );
+    println!(
+        "argument list made and dropped {empty_args:.3} µs; with {buffers} buffers admitted {admit:.3} µs ({:.4} µs a buffer)",
+        (admit - empty_args) / buffers as f64
     );
     println!(
         "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
@@ -602,6 +627,9 @@ fn main() {
             ("kernel_lookup_us", lookup),
             ("ctx_query_us", ctx_query),
             ("capture_query_us", capture_query),
+            ("empty_args_us", empty_args),
+            ("admit_us", admit),
+            ("admitted_buffers", buffers as f64),
         ],
     });
     common::write_json("prologue.json", &records);
