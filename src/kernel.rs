@@ -1,7 +1,7 @@
 //! How to declare a kernel of your own.
 //!
 //! The library's kernels are built from four parts, and a kernel declared outside the library
-//! uses the same four, with the same helpers. `examples/user_kernel.rs` (with
+//! uses the same four, with the same helpers (one import: [`prelude`]). `examples/user_kernel.rs` (with
 //! `examples/kernels/head_rmsnorm.rs` and `.cu`) is a complete one: a per-head RMSNorm with a
 //! head-dim rule, a CUDA source, a CPU path, and a comparison of the two on a GPU.
 //!
