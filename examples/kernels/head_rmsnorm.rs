@@ -2,7 +2,7 @@
 //! `out = x / sqrt(mean(x²) + eps) · gamma` (one `[HD]` gamma), on the CPU with the arithmetic
 //! of `head_rmsnorm.cu` in its order (the two agree bit for bit) and on CUDA.
 
-use shapeproof::kernel::prelude::*;
+use shapeproof::{dim::Dim, kernel::prelude::*};
 
 shapeproof::dim_rule! {
     /// A head dim one warp can normalize: 32 lanes × `HD / 32` channels in registers.
