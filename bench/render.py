@@ -227,8 +227,10 @@ INDEXER = ("indexer.json", "`benches/indexer.rs`")
 MLA_CACHE = ("mla_cache.json", "`benches/mla_cache.rs`")
 DECODE = ("mla_decode.json", "`benches/mla_decode.rs`")
 DECODE_TORCH = ("decode_torch.json", "`bench/decode_torch.py`")
+TOPK = ("topk.json", "`benches/topk.rs`")
+TOPK_TORCH = ("topk_torch.json", "`bench/topk_torch.py`")
 KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0],
-               DECODE_TORCH[0]]
+               DECODE_TORCH[0], TOPK[0], TOPK_TORCH[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
 NARROW = r"narrow_sq(\d+)_skv(\d+)_heads(\d+)_d(\d+)_topk(\d+)"
@@ -241,6 +243,7 @@ CACHE_REC = r"(store)_t(\d+)|(gather)_n(\d+)"
 PAGED_REC = r"indexer_paged_b(\d+)_n(\d+)_len(\d+)_h(\d+)_topk(\d+)"
 INDEX_STORE_REC = r"index_store_t(\d+)"
 DECODE_REC = r"decode_b(\d+)_sq(\d+)_h(\d+)_topk(\d+)"
+TOPK_REC = r"topk_r(\d+)_w(\d+)_k(\d+)"
 
 
 def fp8_limit(run):
@@ -586,18 +589,56 @@ def mla_decode(run, torch, results_dir):
     recs = run.matching(DECODE_REC)
     if not recs:
         return out + none_of_kind(run)
+    graphs = any(not missing(f.get("graph_us")) for _, _, f in recs)
     rows = []
     for m, name, f in recs:
         t = torch.get(name) if torch is not None else None
         t = t or {}
-        rows.append(["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1),
-                     num(f.get("tflops"), 0),
+        rows.append(["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1)]
+                    + ([num(f.get("graph_us"), 1)] if graphs else [])
+                    + [num(f.get("tflops"), 0),
                      DASH if limit is None else pct(f.get("tflops") / limit),
                      num(t.get("eager_us"), 1), num(t.get("compiled_us"), 1),
                      times(ratio(t.get("eager_us"), t.get("shapeproof_us")), 1),
                      times(ratio(t.get("compiled_us"), t.get("shapeproof_us")), 2)])
-    header = ["(B, s_q, h_q, TOPK)", "µs", "TFLOP/s", "of FP8 matmul", "eager µs",
-              "compile µs", "eager / shapeproof", "compile / shapeproof"]
+    header = (["(B, s_q, h_q, TOPK)", "µs"] + (["µs a step in a graph"] if graphs else [])
+              + ["TFLOP/s", "of FP8 matmul", "eager µs", "compile µs", "eager / shapeproof",
+                 "compile / shapeproof"])
+    return out + table(header, rows) + [""]
+
+
+def topk(run, torch, results_dir):
+    """The top-k alone against the copy bandwidth of its run, with `torch.topk` on the same
+    shapes (`topk_torch.json`, matched by record name) beside each row."""
+    out = ["### Top-k alone, beside PyTorch", ""]
+    if run is None:
+        return out + no_run(results_dir, *TOPK)
+    limit, limit_text = copy_limit(run)
+    out += run_line(run, TOPK[1], [limit_text, "scores read once: rows · width · 4 bytes"])
+    if torch is not None:
+        note = f"PyTorch {torch.data.get('torch', '?')}: `{os.path.basename(torch.path)}`"
+        note += f" of commit `{torch.commit}`"
+        if torch.commit != run.commit:
+            note += f", **not** the top-k run above (`{run.commit}`)"
+        out += prose(note + "; `torch.topk` (unsorted), then also `torch.sort` of its indices "
+                     "(shapeproof's rows are sorted by column), and that pair compiled.")
+    recs = run.matching(TOPK_REC)
+    if not recs:
+        return out + none_of_kind(run)
+    rows = []
+    for m, name, f in recs:
+        t = (torch.get(name) if torch is not None else None) or {}
+        ours = f.get("us")
+        rows.append(["({}, {}, {})".format(*m.groups()), num(ours, 1),
+                     num(f.get("launched_us"), 1), num(f.get("gbs"), 0),
+                     DASH if limit is None else pct(f.get("gbs") / limit),
+                     num(t.get("topk_us"), 1), num(t.get("eager_us"), 1),
+                     num(t.get("compiled_us"), 1), times(ratio(t.get("topk_us"), ours), 1),
+                     times(ratio(t.get("eager_us"), ours), 1),
+                     times(ratio(t.get("compiled_us"), ours), 1)])
+    header = ["(rows, width, TOPK)", "µs (graph)", "µs (launched)", "scores GB/s", "of copy",
+              "torch.topk µs", "topk + sort µs", "compiled µs", "topk / shapeproof",
+              "topk + sort / shapeproof", "compiled / shapeproof"]
     return out + table(header, rows) + [""]
 
 
@@ -629,6 +670,10 @@ def render(results_dir):
         out += others(runs[MLA_CACHE[0]])
     out += mla_decode(runs[DECODE[0]], runs[DECODE_TORCH[0]], results_dir)
     for name in (DECODE[0], DECODE_TORCH[0]):
+        if runs[name] is not None:
+            out += others(runs[name])
+    out += topk(runs[TOPK[0]], runs[TOPK_TORCH[0]], results_dir)
+    for name in (TOPK[0], TOPK_TORCH[0]):
         if runs[name] is not None:
             out += others(runs[name])
     if os.path.isdir(results_dir):

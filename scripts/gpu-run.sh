@@ -58,6 +58,9 @@ bench() {
     echo "== prologue_torch.py"
     python3 "$here/prologue_torch.py" --json "$BENCH_JSON_DIR/prologue.json" \
         --out "$BENCH_JSON_DIR/prologue_torch.json" || status=1
+    echo "== topk_torch.py"
+    python3 "$here/topk_torch.py" --json "$BENCH_JSON_DIR/topk.json" \
+        --out "$BENCH_JSON_DIR/topk_torch.json" || status=1
     echo "== decode_torch.py"
     python3 "$here/decode_torch.py" --json "$BENCH_JSON_DIR/mla_decode.json" \
         --out "$BENCH_JSON_DIR/decode_torch.json" || status=1

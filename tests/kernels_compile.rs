@@ -26,6 +26,7 @@ use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
     Plain, SparseMlaNarrowKernel, SparseMlaWideKernel, WithLength, WithLengthAndSink,
 };
+use shapeproof::ops::topk::TopkKernel;
 
 /// Compiles `K` with the layout of its Rust parameter block asserted against the CUDA struct
 /// (`layout_asserts`): the instantiation compiles and its mirror is exact.
@@ -73,6 +74,14 @@ fn lightning_indexer() {
     compiles::<PagedIndexerMergeKernel<512>>();
     compiles::<PagedIndexerMergeKernel<256>>();
     compiles::<PagedIndexerMergeKernel<128>>();
+}
+
+#[test]
+fn topk() {
+    // The widths the tests and the benchmark use.
+    compiles::<TopkKernel<2048>>();
+    compiles::<TopkKernel<512>>();
+    compiles::<TopkKernel<128>>();
 }
 
 #[test]

@@ -46,6 +46,13 @@ pub fn time_us(g: &Cuda, warmup: usize, runs: usize, mut f: impl FnMut(usize)) -
     median(&mut samples)
 }
 
+/// Median GPU time in microseconds of one of the `calls` calls recorded in `graph`: the
+/// replays are timed with events and divided by `calls`, so no host launch gap between the
+/// calls is counted (kernels shorter than a launch are otherwise timed at the launch rate).
+pub fn graph_call_us(g: &Cuda, graph: &shapeproof::backend::cuda::Graph<'_>, calls: usize) -> f64 {
+    time_us(g, 3, 21, |_| graph.replay().unwrap()) / calls as f64
+}
+
 /// The median of `v`.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -15,3 +15,4 @@ pub mod mxfp8_quantize;
 pub mod prologue;
 pub mod sparse_mla;
 pub mod sparse_mla_decode;
+pub mod topk;

@@ -11,6 +11,7 @@ pub mod mla_cache;
 pub mod prologue;
 pub mod quantize;
 pub mod sparse_mla;
+pub mod topk;
 pub mod views;
 
 use rand::rngs::StdRng;

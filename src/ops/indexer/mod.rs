@@ -28,6 +28,7 @@ pub use args::{
     IndexKeyParts, IndexKeys, IndexerQueries, IndexerQueryParts, MAX_NEXT_N, PagedIndexerQueries,
     PagedIndexerQueryParts, PagedIndexerWorkspace,
 };
+pub(crate) use cpu::select_top;
 pub use cpu::{indexer_logit, order_key};
 pub use cuda::{
     LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
