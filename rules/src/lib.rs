@@ -528,15 +528,15 @@ pub const INDEXER_HEADS: Rule = Rule {
 pub const INDEXER_TOPK: Rule = Rule {
     name: "IndexerTopk",
     param: None,
-    doc: "A top-k width the lightning indexer selects: a positive multiple of {step} up to {last}, so its
-indices are rows the sparse MLA prefill takes as they are.",
+    doc: "A top-k width the lightning indexer and the top-k alone select: a positive multiple of {step} up
+to {last}, so their indices are rows the sparse MLA prefill takes as they are.",
     values: Values::Steps {
         first: TOPK_STEP,
         step: TOPK_STEP,
         last: MAX_INDEX_TOPK,
     },
-    message: "indexer top-k width `{value}` is not a multiple of {step} up to {last}",
-    label: "the lightning indexer selects TOPK = 128, 256, … {last} positions",
+    message: "top-k width `{value}` is not a multiple of {step} up to {last}",
+    label: "the lightning indexer and the top-k select TOPK = 128, 256, … {last} positions",
     reason: "its rows feed the sparse MLA prefill (multiples of {step}); the candidates of a query token live in shared memory ({last} at most)",
     fix: "pad to the next multiple of {step} (the extra columns hold -1 when fewer positions are valid)",
     model_fix: None,
