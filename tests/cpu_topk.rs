@@ -7,7 +7,7 @@ mod common;
 use common::topk::{Scores, TopkScenario};
 use shapeproof::Error;
 use shapeproof::backend::Cpu;
-use shapeproof::ops::topk::{TopK, TopkScores};
+use shapeproof::ops::topk::{TopK, TopkScores, select_row};
 use shapeproof::prelude::Cols;
 use shapeproof::tensor::Tensor;
 
@@ -57,4 +57,18 @@ fn extents_that_disagree_are_errors_naming_the_parameter() {
     for row in indices.to_host(&Cpu).unwrap().chunks(128) {
         assert_eq!(row, &want[..]);
     }
+}
+
+#[test]
+fn the_public_row_selection_takes_any_range_and_width() {
+    let row = [3.0, f32::NAN, -0.0, 0.0, 3.0, f32::NEG_INFINITY, 1.0];
+    assert_eq!(select_row(&row, 0, 7, 0), Vec::<i32>::new());
+    assert_eq!(select_row(&row, 0, 7, 3), vec![0, 4, 6]);
+    assert_eq!(select_row(&row, 1, 4, 2), vec![2, 3]); // NaN (as -inf) loses to both zeros
+    assert_eq!(
+        select_row(&row, i32::MIN, i32::MAX, 7),
+        vec![0, 1, 2, 3, 4, 5, 6]
+    );
+    assert_eq!(select_row(&row, 5, 2, 4), Vec::<i32>::new());
+    assert_eq!(select_row(&[], -1, 1, 4), Vec::<i32>::new());
 }

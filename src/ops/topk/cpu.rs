@@ -32,6 +32,9 @@ impl TopkEntry for Cpu {
 /// of `[start, end)` (clamped to `[0, row.len()]`) with the largest scores by [`order_key`],
 /// ties to the lower column, in ascending order.
 pub fn select_row(row: &[f32], start: i32, end: i32, topk: usize) -> Vec<i32> {
+    if topk == 0 {
+        return Vec::new();
+    }
     let width = row.len() as i64;
     let a = (start as i64).clamp(0, width);
     let b = (end as i64).clamp(a, width);
