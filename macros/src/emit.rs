@@ -264,6 +264,9 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
             /// The lightning indexer of this model (replicated on every rank): its `[T, TOPK]`
             /// rows are the prefill's indices (`Indexer::new()`).
             pub type Indexer = ::shapeproof::ops::indexer::LightningIndexer<#h, #topk>;
+            /// The indexer's selection alone at this model's top-k, for index logits computed
+            /// elsewhere (`TopK::new()`): the same rows.
+            pub type TopK = ::shapeproof::ops::topk::TopK<#topk>;
         }
     });
     let indexer_check = k.index_heads.map(|_| quote!(let _ = Indexer::new();));

@@ -111,6 +111,7 @@ fn main() {
     // Every generated alias is usable as `Alias::new()`, with no annotation.
     let _ = deepseek_v32_tp8::SparseMla::new();
     let _ = deepseek_v32_tp8::Indexer::new();
+    let _ = deepseek_v32_tp8::TopK::new();
     let _ = deepseek_v32_tp8::Decode::new();
     let _ = inkling_tp8::global::VerifyPrologue::new();
     let _cache = inkling_tp8::sliding::KvCache::<Cpu>::zeros(&Cpu, 1).unwrap();
