@@ -17,14 +17,14 @@ ratios).
 """
 
 import argparse
-import datetime
-import json
 import os
-import statistics
 
 import torch
 
+from torch_timing import rust_records, time_us, write_records
+
 PAGES, PAGE, TOPK, D, DV = 8192, 64, 2048, 576, 512
+RUNS, WARMUP = 15, 3  # timed calls, and calls before them
 SHAPES = [(128, 2, 128), (128, 2, 16), (128, 2, 8), (1, 1, 16), (1, 2, 16), (8, 1, 16),
           (8, 2, 16), (32, 1, 16), (32, 2, 16)]
 
@@ -55,32 +55,13 @@ def step(cache, q, indices, sm_scale):
     return out, lse
 
 
-def time_us(fn, runs=15, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(samples)
-
-
 def main():
     default_json = os.path.join(os.environ.get("BENCH_JSON_DIR", "."), "mla_decode.json")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=default_json, help="the Rust benchmark's mla_decode.json")
     parser.add_argument("--out", help="also write the PyTorch figures to this JSON file")
     args = parser.parse_args()
-    rust = {}
-    if os.path.exists(args.json):
-        with open(args.json) as f:
-            data = json.load(f)
-        rust = {r["name"]: r for r in data["records"]}
+    rust = rust_records(args.json)
     gen = torch.Generator(device="cuda").manual_seed(7)
     cache = make_cache(gen)
     compiled = torch.compile(step, dynamic=True)
@@ -91,8 +72,8 @@ def main():
         rows = b * sq
         q = torch.empty(rows, h, D, device="cuda").uniform_(-1, 1, generator=gen).to(torch.bfloat16)
         idx = torch.randint(0, PAGES * PAGE, (rows, TOPK), device="cuda", generator=gen)
-        eager = time_us(lambda: step(cache, q, idx, 0.0417))
-        comp = time_us(lambda: compiled(cache, q, idx, 0.0417))
+        eager = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: step(cache, q, idx, 0.0417))
+        comp = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: compiled(cache, q, idx, 0.0417))
         name = f"decode_b{b}_sq{sq}_h{h}_topk{TOPK}"
         ours = rust.get(name, {}).get("us")
         ratio = (lambda t: t / ours if ours else None)
@@ -102,12 +83,7 @@ def main():
                         "shapeproof_us": ours, "eager_over_shapeproof": ratio(eager),
                         "compiled_over_shapeproof": ratio(comp)})
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"commit": os.environ.get("SHAPEPROOF_COMMIT", "unknown"),
-                       "gpu": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                       "torch": torch.__version__, "records": records}, f, indent=2)
-        print(f"wrote {args.out}")
+        write_records(args.out, records)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,14 @@ ones, `topk_r{rows}_w{width}_k{TOPK}`).
 """
 
 import argparse
-import datetime
-import json
 import os
-import statistics
 
 import torch
 
+from torch_timing import rust_records, time_us, write_records
+
 TOPK = 2048
+RUNS, WARMUP = 51, 5  # timed calls, and calls before them
 SHAPES = [(1, 65536), (4, 131072), (8, 65536), (132, 65536), (1024, 16384)]
 
 
@@ -33,31 +33,13 @@ def topk_by_column(scores):
     return torch.sort(torch.topk(scores, TOPK, dim=-1, sorted=False).indices, dim=-1).values
 
 
-def time_us(fn, runs=51, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(samples)
-
-
 def main():
     default_json = os.path.join(os.environ.get("BENCH_JSON_DIR", "."), "topk.json")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=default_json, help="the Rust benchmark's topk.json")
     parser.add_argument("--out", help="also write the PyTorch figures to this JSON file")
     args = parser.parse_args()
-    rust = {}
-    if os.path.exists(args.json):
-        with open(args.json) as f:
-            rust = {r["name"]: r for r in json.load(f)["records"]}
+    rust = rust_records(args.json)
     gen = torch.Generator(device="cuda").manual_seed(7)
     compiled = torch.compile(topk_by_column, dynamic=False)
     records = []
@@ -66,9 +48,9 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for rows, width in SHAPES:
         scores = torch.randn(rows, width, device="cuda", generator=gen)
-        plain = time_us(lambda: topk(scores))
-        eager = time_us(lambda: topk_by_column(scores))
-        comp = time_us(lambda: compiled(scores))
+        plain = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: topk(scores))
+        eager = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: topk_by_column(scores))
+        comp = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: compiled(scores))
         name = f"topk_r{rows}_w{width}_k{TOPK}"
         ours = rust.get(name, {}).get("us")
 
@@ -86,12 +68,7 @@ def main():
                         "eager_over_shapeproof": ratio(eager),
                         "compiled_over_shapeproof": ratio(comp)})
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"commit": os.environ.get("SHAPEPROOF_COMMIT", "unknown"),
-                       "gpu": torch.cuda.get_device_name(0),
-                       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                       "torch": torch.__version__, "records": records}, f, indent=2)
-        print(f"wrote {args.out}")
+        write_records(args.out, records)
 
 
 if __name__ == "__main__":
