@@ -23,10 +23,11 @@ const TOPK: usize = 2048;
 /// Calls of one timed graph.
 const GRAPH_CALLS: usize = 20;
 /// (rows, width): the decode rows of the targets, then batches that fill the GPU.
-const SHAPES: [(usize, usize); 5] = [
+const SHAPES: [(usize, usize); 6] = [
     (1, 65536),
     (4, 131072),
     (8, 65536),
+    (32, 65536),
     (132, 65536),
     (1024, 16384),
 ];

@@ -1,20 +1,26 @@
 // shapeproof — exact top-k of rows of f32 scores (docs/kernels/indexer.md §7.9), sm_90.
 // Compiled after common.cuh.
 //
-// One CTA a row, 1024 threads. Row r's candidates are columns [a, b) of its scores, with
-// a = clamp(starts[r], 0, width) and b = clamp(ends[r], a, width). The row written is the
-// TOPK columns with the largest scores, ascending, then -1; scores order as the indexer's
-// (order_key: -0 below +0, NaN as -inf), ties go to the lower column.
+// Row r's candidates are columns [a, b) of its scores, with a = clamp(starts[r], 0, width) and
+// b = clamp(ends[r], a, width). The row written is the TOPK columns with the largest scores,
+// ascending, then -1; scores order as the indexer's (order_key: -0 below +0, NaN as -inf), ties
+// go to the lower column.
 //
-// Design. The TOPK-th largest order key (tau) is found by a radix selection over the row in
-// global memory (it stays in L2 after the first pass): four passes of an 8-bit digit, each a
-// 256-bin histogram of the keys that match the digits found so far, counted with one shared
-// atomic per distinct digit of a warp (__match_any_sync: scores cluster in few top digits).
-// The selection also yields how many of the keys equal to tau belong to the row (`need`). A
-// last pass walks the row in position order, tiles of 1024 x 16 columns (each thread 16
-// consecutive columns), and writes every key above tau and the first `need` keys equal to tau
-// at their rank among the kept, found by one block-wide scan a tile: the row comes out sorted
-// without a sort.
+// Design. A cluster of CLUSTER CTAs (1024 threads each; 8 for a few rows, down to 1 for batches
+// that fill the GPU, the host's choice) takes a row; CTA c of the cluster owns the c-th
+// contiguous slice of the row's candidates. The slice is read from global memory once, every
+// thread with kLoads loads in flight, and kept in shared memory as order keys when the launch
+// gave the room (`%dynamic_smem_size`; otherwise each pass reads global memory again). The
+// TOPK-th largest order key (tau) is found by a radix selection of three digits (11, 11 and 10
+// bits from the top): a CTA counts its slice's keys that match the digits found so far into a
+// 2048-bin shared histogram, adds its nonzero bins into every CTA's cluster total (remote
+// reductions in distributed shared memory: scores cluster in few bins, so few of them), and
+// after the cluster barrier every CTA finds the same bin in its own copy (a block scan from the
+// top). The selection stops early when every key of the chosen bin is kept. It also yields how
+// many keys at the cut are kept (`need`: the first ones in column order). Last, every warp walks
+// a contiguous part of its CTA's slice twice: once to count the kept keys (a scan over the
+// warps, then over the cluster's CTAs in distributed shared memory), once to write each kept
+// column at its rank, so the row comes out sorted without a sort.
 
 // Mirrored by `TopkParams` in src/ops/topk/cuda.rs (checked by the NVRTC tests).
 struct TopkParams {
@@ -29,8 +35,10 @@ struct TopkParams {
 namespace topk {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRun = 16;                   // consecutive columns a thread takes in the last pass
-constexpr int kTile = kThreads * kRun;     // columns a tile of the last pass
+constexpr int kBins = 2048;               // an 11-bit digit
+constexpr int kLoads = 8;                 // global loads a thread keeps in flight
+// Digits from the top: bits 31..21, 20..10 and 9..0.
+__device__ __forceinline__ int digit_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 
 // The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0): the
 // indexer's (lightning_indexer.cu), so both select alike.
@@ -40,8 +48,64 @@ __device__ __forceinline__ u32 order_key(float v) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Every thread of every CTA of the cluster arrives (its shared-memory writes released) ...
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+// ... and waits for all the others (their writes acquired).
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The address of `local` (a shared-memory address of this CTA) in CTA `rank` of the cluster.
+__device__ __forceinline__ u32 remote_addr(const int* local, u32 rank) {
+    u32 addr;
+    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
+        : "=r"(addr) : "l"(local));
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    return remote;
+}
+
+// The int at `local` in CTA `rank` of the cluster.
+__device__ __forceinline__ int load_remote(const int* local, u32 rank) {
+    int v;
+    asm volatile("ld.shared::cluster.s32 %0, [%1];"
+                 : "=r"(v) : "r"(remote_addr(local, rank)) : "memory");
+    return v;
+}
+
+// Adds `v` to the int at `local` in CTA `rank` of the cluster.
+__device__ __forceinline__ void add_remote(int* local, u32 rank, int v) {
+    asm volatile("red.relaxed.cluster.shared::cluster.add.s32 [%0], %1;"
+                 :: "r"(remote_addr(local, rank)), "r"(v) : "memory");
+}
+
+// The cluster barrier for a cluster of C CTAs, split in its two halves (a CTA barrier when C
+// is 1). Every thread calls both, in turn.
+template <int C>
+__device__ __forceinline__ void sync_arrive() {
+    if constexpr (C > 1) cluster_arrive(); else __syncthreads();
+}
+template <int C>
+__device__ __forceinline__ void sync_wait() {
+    if constexpr (C > 1) cluster_wait();
+}
+
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+
 // Exclusive scan of `v` over the CTA, and the CTA's total; `scratch` holds kWarps + 1 ints.
-// Two barriers; every thread calls it.
+// Three barriers; every thread calls it.
 __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int& total) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int incl = v;
@@ -69,117 +133,197 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int& to
     __syncthreads();  // scratch read before the next scan writes it
     return before;
 }
+
+// Counts `key` into `hist` when it is live and matches the digits found so far (`mask`,
+// `prefix`). Warp-wide: every lane calls it. A warp whose taken keys all share one digit (a
+// run of ties) adds them with one atomic instead of 32 on one address.
+__device__ __forceinline__ void count_key(int* hist, u32 key, bool live, u32 mask, u32 prefix,
+                                          int shift, u32 digit_mask) {
+    const bool take = live && (key & mask) == prefix;
+    const u32 active = __ballot_sync(0xffffffffu, take);
+    if (active == 0) return;  // warp-uniform
+    const u32 digit = (key >> shift) & digit_mask;
+    const int leader = __ffs(active) - 1;
+    const u32 first = __shfl_sync(0xffffffffu, digit, leader);
+    if (__all_sync(0xffffffffu, !take || digit == first)) {
+        if ((int)(threadIdx.x & 31) == leader) atomicAdd(hist + first, __popc(active));
+    } else if (take) {
+        atomicAdd(hist + digit, 1);
+    }
+}
 }  // namespace topk
 
-template <int TOPK>
-__global__ void __launch_bounds__(topk::kThreads, 1) topk_kernel(const __grid_constant__ TopkParams p) {
+template <int TOPK, int CLUSTER>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(topk::kThreads, 1)
+    topk_kernel(const __grid_constant__ TopkParams p) {
     using namespace topk;
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    __shared__ int hist[256];
-    __shared__ int found[2];  // the digit's bin, the rank left inside it
+    static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4 || CLUSTER == 8, "a portable cluster");
+    extern __shared__ u32 cache[];    // [slice]: the slice's order keys, when they fit
+    __shared__ int hist[kBins];       // this CTA's counts of a digit (clusters of 2 or more)
+    __shared__ int total[2][kBins];   // the cluster's counts: a pass's, and the next one's zeroed
+    __shared__ int found[3];          // the digit's bin, the rank left in it, the bin's count
     __shared__ int scratch[kWarps + 1];
-    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
+    __shared__ int warp_gt[kWarps], warp_eq[kWarps];
+    __shared__ int cta_counts[2];     // this CTA's kept keys above the cut and at it
+    __shared__ int before_cta[2];     // the same over the cluster's earlier CTAs
+    const u32 crank = cluster_rank();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const i64 width = p.width;
-    const i64 a = min(max((i64)p.starts[row], (i64)0), width);
-    const i64 b = min(max((i64)p.ends[row], a), width);
-    const int n = (int)(b - a);  // the host bounds width to i32
-    const float* scores = p.scores + (i64)row * width + a;
-    i32* out = p.indices + (i64)row * TOPK;
+    const u32 room = dynamic_smem_bytes();
+    int buf = 0;  // the total a pass counts into; total[buf ^ 1] is zeroed for the next pass
+    for (int i = tid; i < kBins; i += kThreads) total[0][i] = 0;
+    sync_arrive<CLUSTER>();  // zero before any CTA of the cluster adds into it
+    sync_wait<CLUSTER>();
 
-    if (n <= TOPK) {  // every candidate is kept
-        for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? (i32)(a + i) : -1;
-        return;
-    }
+    for (i64 row = blockIdx.x / CLUSTER; row < p.rows; row += gridDim.x / CLUSTER) {
+        const i64 a = min(max((i64)p.starts[row], (i64)0), width);
+        const i64 b = min(max((i64)p.ends[row], a), width);
+        const int n = (int)(b - a);  // the host bounds width to i32
+        i32* out = p.indices + row * TOPK;
+        if (n <= TOPK) {  // every candidate is kept (uniform over the cluster: no barrier)
+            for (int i = (int)crank * kThreads + tid; i < TOPK; i += CLUSTER * kThreads)
+                out[i] = i < n ? (i32)(a + i) : -1;
+            continue;
+        }
+        // This CTA's slice: [lo, lo + m) of the row's candidates.
+        const int chunk = (int)(((i64)n + CLUSTER - 1) / CLUSTER);
+        const int lo = min((int)crank * chunk, n);
+        const int m = min(chunk, n - lo);
+        const float* slice = p.scores + row * width + a + lo;
+        const bool cached = (u64)chunk * sizeof(u32) <= room;
 
-    // tau, the TOPK-th largest key, a digit at a time from the top.
-    u32 prefix = 0, mask = 0;
-    int rank = TOPK;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
-        __syncthreads();
-        for (int base = 0; base < n; base += 4 * kThreads) {  // uniform: whole warps take part
-            u32 key[4];
-            bool live[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = base + u * kThreads + tid;
-                live[u] = i < n;
-                key[u] = live[u] ? order_key(scores[i]) : 0u;
+        // The selection: prefix/mask are the digits found so far, rank the keys still to take
+        // among those matching them.
+        u32 prefix = 0, mask = 0;
+        int rank = TOPK;
+        for (int pass = 0; pass < 3; ++pass) {
+            const int shift = digit_shift(pass);
+            const u32 digit_mask = pass == 2 ? 0x3ffu : 0x7ffu;
+            // No CTA adds into total[buf ^ 1] before this pass's cluster barrier, and this
+            // CTA's last reads of it (two passes ago) are behind the barrier that ended them.
+            for (int i = tid; i < kBins; i += kThreads) total[buf ^ 1][i] = 0;
+            int* h = CLUSTER == 1 ? total[buf] : hist;
+            if constexpr (CLUSTER > 1) {
+                for (int i = tid; i < kBins; i += kThreads) hist[i] = 0;
             }
+            __syncthreads();
+            if (pass == 0 || !cached) {
+                for (int base = 0; base < m; base += kLoads * kThreads) {
+                    float v[kLoads];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const bool take = live[u] && (key[u] & mask) == prefix;
-                const u32 active = __ballot_sync(0xffffffffu, take);
-                if (take) {
-                    const u32 digit = (key[u] >> shift) & 255u;
-                    const u32 peers = __match_any_sync(active, digit);
-                    if (lane == __ffs(peers) - 1) atomicAdd(hist + digit, __popc(peers));
+                    for (int u = 0; u < kLoads; ++u) {
+                        const int i = base + u * kThreads + tid;
+                        v[u] = i < m ? slice[i] : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < kLoads; ++u) {
+                        const int i = base + u * kThreads + tid;
+                        const u32 key = order_key(v[u]);
+                        if (cached && i < m) cache[i] = key;
+                        count_key(h, key, i < m, mask, prefix, shift, digit_mask);
+                    }
+                }
+            } else {
+                for (int base = 0; base < m; base += kThreads) {  // uniform: whole warps
+                    const int i = base + tid;
+                    count_key(h, i < m ? cache[i] : 0u, i < m, mask, prefix, shift, digit_mask);
                 }
             }
+            if constexpr (CLUSTER > 1) {
+                __syncthreads();  // this CTA's histogram is complete: add it to every CTA's total
+                for (int i = tid; i < kBins; i += kThreads) {
+                    const int v = hist[i];
+                    if (v != 0) {
+#pragma unroll
+                        for (int c = 0; c < CLUSTER; ++c) add_remote(&total[buf][i], c, v);
+                    }
+                }
+            }
+            sync_arrive<CLUSTER>();  // this CTA's counts are in ...
+            sync_wait<CLUSTER>();    // ... and every other CTA's
+            // Thread t takes bins 2047 - 2t and 2046 - 2t: bins from the top.
+            const int hi = kBins - 1 - 2 * tid;
+            const int hi_count = total[buf][hi], lo_count = total[buf][hi - 1];
+            int all;
+            const int above = block_exclusive_scan(hi_count + lo_count, scratch, all);
+            if (above < rank && above + hi_count + lo_count >= rank) {
+                const bool in_hi = above + hi_count >= rank;
+                found[0] = in_hi ? hi : hi - 1;
+                found[1] = in_hi ? rank - above : rank - above - hi_count;
+                found[2] = in_hi ? hi_count : lo_count;
+            }
+            __syncthreads();
+            prefix |= (u32)found[0] << shift;
+            mask |= digit_mask << shift;
+            const bool whole_bin = found[1] == found[2];  // every key of the bin is kept
+            rank = found[1];
+            buf ^= 1;
+            __syncthreads();  // found[] read before the next pass writes it
+            if (whole_bin) break;
+        }
+        const int need = rank;  // keys at the cut ((key & mask) == prefix) that are kept
+
+        // Kept keys in column order. Warp w walks [w0, w1) of the slice, 32 columns a step.
+        const int part = (m + kWarps - 1) / kWarps;
+        const int w0 = min(warp * part, m), w1 = min(w0 + part, m);
+        int gt = 0, eq = 0;
+        for (int base = w0; base < w1; base += 32) {
+            const int i = base + lane;
+            const u32 key = i < w1 ? (cached ? cache[i] : order_key(slice[i])) & mask : 0u;
+            gt += __popc(__ballot_sync(0xffffffffu, i < w1 && key > prefix));
+            eq += __popc(__ballot_sync(0xffffffffu, i < w1 && key == prefix));
+        }
+        if (lane == 0) {
+            warp_gt[warp] = gt;
+            warp_eq[warp] = eq;
         }
         __syncthreads();
-        if (tid < 32) {
-            // Lane l sums bins 255 - 8l .. 248 - 8l (from the top), then the lanes scan.
-            int mine = 0;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) mine += hist[255 - 8 * lane - j];
-            int incl = mine;
+        if (warp == 0) {  // exclusive scans over the warps, and this CTA's totals
+            const int g = warp_gt[lane], e = warp_eq[lane];
+            int gs = g, es = e;
 #pragma unroll
             for (int d = 1; d < 32; d <<= 1) {
-                const int o = __shfl_up_sync(0xffffffffu, incl, d);
-                if (lane >= d) incl += o;
-            }
-            const int above = incl - mine;  // keys in the bins above lane l's
-            if (above < rank && incl >= rank) {
-                int acc = above;
-                for (int j = 0; j < 8; ++j) {
-                    const int bin = 255 - 8 * lane - j;
-                    if (acc + hist[bin] >= rank) {
-                        found[0] = bin;
-                        found[1] = rank - acc;
-                        break;
-                    }
-                    acc += hist[bin];
+                const int go = __shfl_up_sync(0xffffffffu, gs, d);
+                const int eo = __shfl_up_sync(0xffffffffu, es, d);
+                if (lane >= d) {
+                    gs += go;
+                    es += eo;
                 }
             }
+            warp_gt[lane] = gs - g;
+            warp_eq[lane] = es - e;
+            if (lane == 31) {
+                cta_counts[0] = gs;
+                cta_counts[1] = es;
+            }
+        }
+        sync_arrive<CLUSTER>();  // this CTA's counts are published ...
+        sync_wait<CLUSTER>();    // ... and every earlier CTA's too
+        if (tid < 2) {
+            int s = 0;
+            for (u32 c = 0; c < crank; ++c) s += load_remote(cta_counts + tid, c);
+            before_cta[tid] = s;
         }
         __syncthreads();
-        prefix |= (u32)found[0] << shift;
-        mask |= 255u << shift;
-        rank = found[1];
-        __syncthreads();  // found[] and hist[] read before the next digit's writes
-    }
-    const u32 tau = prefix;
-    const int need = rank;  // keys equal to tau that are kept: the first `need` of them
-
-    // The kept columns in position order: keys above tau, and ties until `need` are taken.
-    int gt_done = 0, eq_done = 0;  // over the earlier tiles
-    for (int tile = 0; tile < n; tile += kTile) {
-        const int first = tile + tid * kRun;
-        u32 key[kRun];
-        int gt = 0, eq = 0;
-#pragma unroll
-        for (int j = 0; j < kRun; ++j) {
-            const int i = first + j;
-            key[j] = i < n ? order_key(scores[i]) : 0u;  // 0: below every key, never kept
-            gt += (i < n && key[j] > tau) ? 1 : 0;
-            eq += (i < n && key[j] == tau) ? 1 : 0;
+        sync_arrive<CLUSTER>();  // done reading the other CTAs' counts (waited for before they change)
+        int gt_before = before_cta[0] + warp_gt[warp];
+        int eq_before = before_cta[1] + warp_eq[warp];
+        for (int base = w0; base < w1; base += 32) {
+            const int i = base + lane;
+            const u32 key = i < w1 ? (cached ? cache[i] : order_key(slice[i])) & mask : 0u;
+            const bool above = i < w1 && key > prefix;
+            const bool tie = i < w1 && key == prefix;
+            const u32 above_mask = __ballot_sync(0xffffffffu, above);
+            const u32 tie_mask = __ballot_sync(0xffffffffu, tie);
+            const u32 lower = (1u << lane) - 1u;
+            const int g = gt_before + __popc(above_mask & lower);
+            const int e = eq_before + __popc(tie_mask & lower);
+            const int at = g + min(e, need);  // < TOPK by the selection; guarded all the same
+            if ((above || (tie && e < need)) && at < TOPK) out[at] = (i32)(a + lo + i);
+            gt_before += __popc(above_mask);
+            eq_before += __popc(tie_mask);
         }
-        // Both counts in one scan: eq in the low 16 bits (a tile holds at most 16384 columns).
-        int total;
-        const int before = block_exclusive_scan((gt << 16) | eq, scratch, total);
-        int gt_before = gt_done + (before >> 16), eq_before = eq_done + (before & 0xffff);
-#pragma unroll
-        for (int j = 0; j < kRun; ++j) {
-            const bool above = first + j < n && key[j] > tau;
-            const bool tie = first + j < n && key[j] == tau;
-            if (above || (tie && eq_before < need)) {
-                out[gt_before + min(eq_before, need)] = (i32)(a + first + j);
-            }
-            gt_before += above ? 1 : 0;
-            eq_before += tie ? 1 : 0;
-        }
-        gt_done += total >> 16;
-        eq_done += total & 0xffff;
+        sync_wait<CLUSTER>();  // no CTA reuses cta_counts (or exits) while another may read it
     }
 }

@@ -2,8 +2,8 @@
 //! full sort, over poisoned outputs, at the widths DeepSeek Sparse Attention selects from
 //! (65536 and 131072 columns at top-2048) and small ones; scores of every kind (distinct,
 //! peaked, eight values so that thousands tie at the cut, NaN / ±inf / ±0) and ranges of every
-//! kind (whole, partial, shorter than TOPK, empty, clamped); a recorded call replays to the
-//! same rows. Compiled only with `--features gpu-tests`; run on the H200
+//! kind (whole, partial, shorter than TOPK, empty, clamped), rows too wide for the kernel's
+//! shared-memory cache; a recorded call replays to the same rows. Compiled only with `--features gpu-tests`; run on the H200
 //! (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -11,7 +11,7 @@ mod common;
 
 use common::topk::{Scores, TopkScenario};
 use shapeproof::backend::{Backend, Cpu, Cuda};
-use shapeproof::ops::topk::{TopK, TopkScores};
+use shapeproof::ops::topk::{MAX_CLUSTERS, TopK, TopkScores};
 use shapeproof::prelude::Cols;
 use shapeproof::tensor::Tensor;
 
@@ -35,6 +35,49 @@ fn top_2048_of_long_rows() {
     let mut rng = common::rng("131072");
     let s = TopkScenario::new(&mut rng, 6, 131072, 2048, Scores::Noise);
     s.check("Noise 131072", &s.run::<Cuda, 2048>(&g), 2048);
+}
+
+/// Rows wider than eight CTAs' shared memory holds (8 × 32768 columns): the kernel reads the
+/// slices from global memory again every pass instead of caching them.
+#[test]
+fn rows_too_wide_to_cache() {
+    let g = gpu();
+    for scores in [Scores::Noise, Scores::Ties, Scores::Awkward] {
+        let what = format!("{scores:?} 300000");
+        let mut rng = common::rng(&what);
+        let s = TopkScenario::new(&mut rng, 6, 300_000, 2048, scores);
+        let got = s.run::<Cuda, 2048>(&g);
+        s.check(&what, &got, 2048);
+        assert_eq!(got, s.run::<Cpu, 2048>(&Cpu), "{what}: GPU against CPU");
+    }
+}
+
+/// Batches of 1 to 100 rows: on a GPU of 132 SMs they take clusters of 8, 4, 2 and 1 CTAs a
+/// row (the launch halves the cluster until the batch fits one wave).
+#[test]
+fn every_cluster_size() {
+    let g = gpu();
+    for rows in [1, 20, 40, 100] {
+        for scores in [Scores::Noise, Scores::Ties] {
+            let what = format!("{scores:?} {rows} rows");
+            let mut rng = common::rng(&what);
+            let s = TopkScenario::new(&mut rng, rows, 40_000, 2048, scores);
+            let got = s.run::<Cuda, 2048>(&g);
+            s.check(&what, &got, 2048);
+            assert_eq!(got, s.run::<Cpu, 2048>(&Cpu), "{what}: GPU against CPU");
+        }
+    }
+}
+
+/// More rows than one launch makes clusters: a cluster selects several rows in turn.
+#[test]
+fn more_rows_than_clusters() {
+    let g = gpu();
+    let mut rng = common::rng("more_rows_than_clusters");
+    let s = TopkScenario::new(&mut rng, MAX_CLUSTERS + 77, 300, 128, Scores::Noise);
+    let got = s.run::<Cuda, 128>(&g);
+    assert_eq!(got, s.run::<Cpu, 128>(&Cpu), "GPU against CPU");
+    s.check("more rows than clusters", &got, 128);
 }
 
 #[test]

@@ -79,9 +79,12 @@ fn lightning_indexer() {
 #[test]
 fn topk() {
     // The widths the tests and the benchmark use.
-    compiles::<TopkKernel<2048>>();
-    compiles::<TopkKernel<512>>();
-    compiles::<TopkKernel<128>>();
+    compiles::<TopkKernel<2048, 8>>();
+    compiles::<TopkKernel<2048, 4>>();
+    compiles::<TopkKernel<2048, 2>>();
+    compiles::<TopkKernel<2048, 1>>();
+    compiles::<TopkKernel<512, 8>>();
+    compiles::<TopkKernel<128, 1>>();
 }
 
 #[test]

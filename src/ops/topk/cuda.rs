@@ -10,8 +10,36 @@ use crate::dim::Dim;
 use crate::error::Result;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
-/// Threads per block of the top-k kernel (`topk::kThreads`): one block a row.
+/// Threads per block of the top-k kernel (`topk::kThreads`).
 const THREADS: u32 = 1024;
+/// Order keys a CTA keeps in shared memory: a row whose slices (`ceil(width / cluster)`
+/// columns) fit is read from global memory once; a wider row's slices are read every pass.
+const CACHED_KEYS: usize = 32 * 1024;
+/// Most clusters one launch makes (each walks rows `c, c + clusters, …`): the grid's blocks
+/// stay far below the driver's 2^31 − 1 whatever the row count (`pub` for the GPU test that
+/// gives a cluster more than one row).
+pub const MAX_CLUSTERS: usize = 1 << 16;
+
+/// CTAs a row: 8 (a cluster) while the rows leave SMs idle, halved until `rows × cluster`
+/// CTAs fit one wave at one CTA an SM, down to one CTA a row for batches that fill the GPU.
+fn cluster_size(rows: usize, sm_count: usize) -> usize {
+    [8, 4, 2]
+        .into_iter()
+        .find(|&c| rows * c <= sm_count)
+        .unwrap_or(1)
+}
+
+/// Dynamic shared memory of a launch over rows `width` wide with `cluster` CTAs a row: the
+/// order keys of a CTA's slice when they fit [`CACHED_KEYS`], else none. The kernel caches a
+/// row only when its slice fits what the launch gave (`%dynamic_smem_size`), so this is a
+/// speed choice alone.
+fn cache_bytes(width: usize, cluster: usize) -> u32 {
+    let slice = width.div_ceil(cluster);
+    if slice > CACHED_KEYS {
+        return 0;
+    }
+    (slice * std::mem::size_of::<u32>()) as u32
+}
 
 crate::param_block! {
     /// The kernel's parameter block (`struct TopkParams`).
@@ -25,15 +53,38 @@ crate::param_block! {
     }
 }
 
-/// `topk_kernel<TOPK>`.
-pub struct TopkKernel<const TOPK: usize>(PhantomData<Dim<TOPK>>);
+/// `topk_kernel<TOPK, CLUSTER>`: a row to a cluster of `CLUSTER` CTAs (1, 2, 4 or 8).
+pub struct TopkKernel<const TOPK: usize, const CLUSTER: usize>(PhantomData<Dim<TOPK>>);
 
-impl<const TOPK: usize> CudaKernel for TopkKernel<TOPK> {
+impl<const TOPK: usize, const CLUSTER: usize> CudaKernel for TopkKernel<TOPK, CLUSTER> {
     const SOURCE: &'static str = include_str!("../../../kernels/topk.cu");
+    const DYNAMIC_SMEM_BYTES: u32 = (CACHED_KEYS * std::mem::size_of::<u32>()) as u32;
     type Params = TopkParams;
     fn instantiation() -> String {
-        format!("topk_kernel<{TOPK}>")
+        format!("topk_kernel<{TOPK}, {CLUSTER}>")
     }
+}
+
+/// Queues `TopkKernel<TOPK, CLUSTER>` over `rows` rows of `width` columns.
+///
+/// # Safety
+/// `params` comes from `args` and ties `rows × width` scores, `rows` starts and ends and
+/// `rows × TOPK` indices (the checked call).
+unsafe fn launch<const TOPK: usize, const CLUSTER: usize>(
+    args: &DeviceArgs<'_>,
+    params: &TopkParams,
+    rows: usize,
+    width: usize,
+) -> Result<()> {
+    let clusters = rows.min(MAX_CLUSTERS); // rows <= i32::MAX (`TopkScores::new`)
+    let shape = LaunchShape {
+        grid: ((clusters * CLUSTER) as u32, 1, 1),
+        block: (THREADS, 1, 1),
+        smem_bytes: cache_bytes(width, CLUSTER),
+    };
+    // SAFETY: forwarded; the kernel clamps every range to [0, width] before it reads, caches
+    // a slice only where the shared memory given holds it, and writes below TOPK only.
+    unsafe { args.launch::<TopkKernel<TOPK, CLUSTER>>(shape, params) }
 }
 
 /// The CUDA launch runs the op.
@@ -58,15 +109,17 @@ impl TopkEntry for Cuda {
             width: scores.width as i64,
             rows: rows as i32,
         };
-        let shape = LaunchShape {
-            grid: (rows as u32, 1, 1), // rows <= i32::MAX (`TopkScores::new`)
-            block: (THREADS, 1, 1),
-            smem_bytes: 0,
-        };
+        let width = scores.width;
         // SAFETY: `scores` holds rows × width values, `starts` and `ends` rows values and
-        // `indices` rows × TOPK (tied by `TopK::run`); the kernel clamps every range to
-        // [0, width] before it reads.
-        unsafe { args.launch::<TopkKernel<TOPK>>(shape, &params) }
+        // `indices` rows × TOPK (tied by `TopK::run`), all admitted into `params`.
+        unsafe {
+            match cluster_size(rows, self.sm_count() as usize) {
+                8 => launch::<TOPK, 8>(&args, &params, rows, width),
+                4 => launch::<TOPK, 4>(&args, &params, rows, width),
+                2 => launch::<TOPK, 2>(&args, &params, rows, width),
+                _ => launch::<TOPK, 1>(&args, &params, rows, width),
+            }
+        }
     }
 }
 

@@ -18,7 +18,7 @@ mod launch;
 
 pub use args::{TopkScoreParts, TopkScores};
 pub use cpu::select_row;
-pub use cuda::TopkKernel;
+pub use cuda::{MAX_CLUSTERS, TopkKernel};
 
 use std::marker::PhantomData;
 
