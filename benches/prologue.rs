@@ -6,7 +6,8 @@
 //!   (prefill: sequences of 1024 tokens with cached history, conv state updated after), as an
 //!   engine runs them: GPU time per call of a graph of back-to-back calls rotating over input
 //!   sets larger than L2, against the device copy bandwidth measured in the same run,
-//! - host cost of one typed launch against a raw `cuLaunchKernel` of the same kernel.
+//! - host cost of one typed launch against a raw `cuLaunchKernel` of the same kernel (alone
+//!   with `BENCH_HOST_ONLY=1`, e.g. under the null driver of `scripts/null-driver`).
 //!
 //! Bytes are the unique bytes a call must move: the q/k/v slices of qkvr, conv history, weights
 //! and metadata read; q/k/v outputs, KV rows (+ scales), saved windows (verify) and the new conv
@@ -376,16 +377,213 @@ where
     }
 }
 
+/// Host cost of one typed launch (boundary ties, parameter block, admissions, launch) against a
+/// raw `cuLaunchKernel` of the same block, with where the typed time goes.
+fn host_cost(
+    g: &Cuda,
+    w: &PrologueWeights<Cuda, 128, DKV, Conv>,
+    mx: &Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>,
+    rng: &mut StdRng,
+) -> Record {
+    // Host cost: typed call (boundary ties + parameter block + launch) vs raw cuLaunchKernel.
+    let host = host_inputs(rng, 4);
+    let mut b = verify_case::<Mxfp8Store<PAGE>>(g, &host);
+    let mut b2 = verify_case::<Mxfp8Store<PAGE>>(g, &host);
+    run_verify!(mx, g, w, b);
+    run_verify!(mx, g, w, b2);
+    g.synchronize().unwrap();
+    let launch = mx
+        .launch_plan(
+            g,
+            w,
+            &mut b.conv,
+            (&b.batch, &mut b.windows),
+            PrologueTargets {
+                out: &mut b.out,
+                kv: &mut b.kv,
+                errors: None,
+            },
+        )
+        .unwrap();
+    let function = g
+        .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
+        .unwrap();
+    // Typed and raw launches alternate over rounds (host timings on a VM drift); medians.
+    let n = 5_000;
+    // The same call with every batch tensor, output and cache plane a view of another
+    // allocation (views of `b`'s batch, fresh outputs and a fresh pool lent as `ViewMut`s).
+    let parts = b.batch.into_parts();
+    let view_batch = VerifyBatch::new(
+        parts.qkvr.view(),
+        parts.cache_indices.view(),
+        parts.cache_mask.view(),
+        parts.loc.view(),
+        parts.tau.as_ref().map(|t| t.view()),
+        Q,
+    )
+    .unwrap();
+    let mut out_parts = Mxfp8Outputs::<Cuda, DQ, DKV>::zeros(g, 4)
+        .unwrap()
+        .into_parts();
+    let mut pool = shapeproof::layout::Mxfp8KvCache::<Cuda, PAGE, DKV>::zeros(g, 1)
+        .unwrap()
+        .into_parts();
+    let mut view_out = Mxfp8Outputs::new(
+        out_parts.q.view_mut(),
+        out_parts.q_scales.view_mut(),
+        out_parts.k.view_mut(),
+        out_parts.v.view_mut(),
+    )
+    .unwrap();
+    let mut view_kv = shapeproof::layout::Mxfp8KvCache::from_parts(
+        shapeproof::layout::Mxfp8KvParts {
+            k: pool.k.view_mut(),
+            v: pool.v.view_mut(),
+            k_scales: pool.k_scales.view_mut(),
+            v_scales: pool.v_scales.view_mut(),
+        },
+        1,
+    )
+    .unwrap();
+    let mut run_views = || {
+        mx.run(
+            g,
+            w,
+            &mut b.conv,
+            (&view_batch, &mut b.windows),
+            PrologueTargets {
+                out: &mut view_out,
+                kv: &mut view_kv,
+                errors: None,
+            },
+        )
+        .unwrap()
+    };
+    run_views();
+    g.synchronize().unwrap();
+    let (mut typed_rounds, mut view_rounds, mut raw_rounds) = (Vec::new(), Vec::new(), Vec::new());
+    // Where the typed launch's time goes: the checked call without the launch (`launch_plan`:
+    // the boundary ties, the queue check and every buffer's admission), the kernel lookup, and
+    // the two driver queries of every launch (the current context, the stream's capture state).
+    let (mut plan_rounds, mut lookup_rounds, mut ctx_rounds, mut capture_rounds) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // And of the checked call: an empty argument list (the queue check, made and dropped), and
+    // one with as many admitted buffers as this call has (all of one allocation).
+    let (mut empty_args_rounds, mut admit_rounds) = (Vec::new(), Vec::new());
+    let probe = g.stream().alloc_zeros::<u8>(256).unwrap();
+    let probe = probe.as_view();
+    let buffers = ADMITTED_BUFFERS;
+    let per_call = |rounds: &mut Vec<f64>, f: &mut dyn FnMut()| {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+    };
+    for _ in 0..7 {
+        per_call(&mut plan_rounds, &mut || {
+            std::hint::black_box(plan_verify!(mx, g, &w, b2));
+        });
+        per_call(&mut lookup_rounds, &mut || {
+            std::hint::black_box(
+                g.function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
+                    .unwrap(),
+            );
+        });
+        per_call(&mut empty_args_rounds, &mut || {
+            std::hint::black_box(DeviceArgs::new(g).unwrap());
+        });
+        per_call(&mut admit_rounds, &mut || {
+            let mut args = DeviceArgs::new(g).unwrap();
+            for _ in 0..buffers {
+                std::hint::black_box(args.read("probe", &probe).unwrap());
+            }
+        });
+        per_call(&mut ctx_rounds, &mut || {
+            std::hint::black_box(cudarc::driver::result::ctx::get_current().unwrap());
+        });
+        per_call(&mut capture_rounds, &mut || {
+            // SAFETY: the benchmark's live stream.
+            let status = unsafe {
+                cudarc::driver::result::stream::is_capturing(g.stream().cu_stream()).unwrap()
+            };
+            std::hint::black_box(status);
+        });
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run_verify!(mx, g, &w, b2);
+        }
+        typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        g.synchronize().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run_views();
+        }
+        view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        g.synchronize().unwrap();
+        // SAFETY: the parameter block of a checked call on live buffers.
+        raw_rounds.push(unsafe { common::raw_launch_us(g, function, &launch, n) });
+        g.synchronize().unwrap();
+    }
+    let typed = common::median(&mut typed_rounds);
+    let views = common::median(&mut view_rounds);
+    let raw = common::median(&mut raw_rounds);
+    let plan = common::median(&mut plan_rounds);
+    let lookup = common::median(&mut lookup_rounds);
+    let ctx_query = common::median(&mut ctx_rounds);
+    let capture_query = common::median(&mut capture_rounds);
+    let empty_args = common::median(&mut empty_args_rounds);
+    let admit = common::median(&mut admit_rounds);
+    println!(
+        "of which: checked call without launch {plan:.3} µs, kernel lookup {lookup:.3} µs, cuCtxGetCurrent {ctx_query:.3} µs, cuStreamIsCapturing {capture_query:.3} µs"
+    );
+    println!(
+        "argument list made and dropped {empty_args:.3} µs; with {buffers} buffers admitted {admit:.3} µs ({:.4} µs a buffer)",
+        (admit - empty_args) / buffers as f64
+    );
+    println!(
+        "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
+        typed - raw
+    );
+    println!(
+        "host time per launch from views: {views:.2} µs, overhead over raw {:.2} µs",
+        views - raw
+    );
+    Record {
+        name: "host_launch".into(),
+        fields: vec![
+            ("typed_us", typed),
+            ("raw_us", raw),
+            ("overhead_us", typed - raw),
+            ("views_us", views),
+            ("views_overhead_us", views - raw),
+            ("checked_call_us", plan),
+            ("kernel_lookup_us", lookup),
+            ("ctx_query_us", ctx_query),
+            ("capture_query_us", capture_query),
+            ("empty_args_us", empty_args),
+            ("admit_us", admit),
+            ("admitted_buffers", buffers as f64),
+        ],
+    }
+}
+
 fn main() {
     let g = gpu();
     let mut rng = StdRng::seed_from_u64(0x5EED);
     let date = std::env::var("BENCH_DATE").unwrap_or_default();
     println!("# prologue benchmark on {} {date}", g.describe());
-    let copy = common::copy_bandwidth_gbs(&g);
-    println!("device copy bandwidth (read + write): {copy:.0} GB/s");
     let w = weights(&g, &mut rng);
     let bf = Bf16Prologue::<Verify, 128, DQ, DKV, Row, Conv, PAGE>::new();
     let mx = Mxfp8Prologue::<Verify, DQ, DKV, Row, Conv, PAGE>::new();
+    if std::env::var_os("BENCH_HOST_ONLY").is_some() {
+        // The host cost alone (e.g. under scripts/null-driver, to profile it without a GPU).
+        let record = host_cost(&g, &w, &mx, &mut rng);
+        common::write_json("prologue_host.json", &[record]);
+        return;
+    }
+    let copy = common::copy_bandwidth_gbs(&g);
+    println!("device copy bandwidth (read + write): {copy:.0} GB/s");
     let mut records = vec![Record {
         name: "copy".into(),
         fields: vec![("gbs", copy)],
@@ -451,186 +649,6 @@ fn main() {
         }
     }
 
-    // Host cost: typed call (boundary ties + parameter block + launch) vs raw cuLaunchKernel.
-    let host = host_inputs(&mut rng, 4);
-    let mut b = verify_case::<Mxfp8Store<PAGE>>(&g, &host);
-    let mut b2 = verify_case::<Mxfp8Store<PAGE>>(&g, &host);
-    run_verify!(mx, &g, &w, b);
-    run_verify!(mx, &g, &w, b2);
-    g.synchronize().unwrap();
-    let launch = mx
-        .launch_plan(
-            &g,
-            &w,
-            &mut b.conv,
-            (&b.batch, &mut b.windows),
-            PrologueTargets {
-                out: &mut b.out,
-                kv: &mut b.kv,
-                errors: None,
-            },
-        )
-        .unwrap();
-    let function = g
-        .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
-        .unwrap();
-    // Typed and raw launches alternate over rounds (host timings on a VM drift); medians.
-    let n = 5_000;
-    // The same call with every batch tensor, output and cache plane a view of another
-    // allocation (views of `b`'s batch, fresh outputs and a fresh pool lent as `ViewMut`s).
-    let parts = b.batch.into_parts();
-    let view_batch = VerifyBatch::new(
-        parts.qkvr.view(),
-        parts.cache_indices.view(),
-        parts.cache_mask.view(),
-        parts.loc.view(),
-        parts.tau.as_ref().map(|t| t.view()),
-        Q,
-    )
-    .unwrap();
-    let mut out_parts = Mxfp8Outputs::<Cuda, DQ, DKV>::zeros(&g, 4)
-        .unwrap()
-        .into_parts();
-    let mut pool = shapeproof::layout::Mxfp8KvCache::<Cuda, PAGE, DKV>::zeros(&g, 1)
-        .unwrap()
-        .into_parts();
-    let mut view_out = Mxfp8Outputs::new(
-        out_parts.q.view_mut(),
-        out_parts.q_scales.view_mut(),
-        out_parts.k.view_mut(),
-        out_parts.v.view_mut(),
-    )
-    .unwrap();
-    let mut view_kv = shapeproof::layout::Mxfp8KvCache::from_parts(
-        shapeproof::layout::Mxfp8KvParts {
-            k: pool.k.view_mut(),
-            v: pool.v.view_mut(),
-            k_scales: pool.k_scales.view_mut(),
-            v_scales: pool.v_scales.view_mut(),
-        },
-        1,
-    )
-    .unwrap();
-    let mut run_views = || {
-        mx.run(
-            &g,
-            &w,
-            &mut b.conv,
-            (&view_batch, &mut b.windows),
-            PrologueTargets {
-                out: &mut view_out,
-                kv: &mut view_kv,
-                errors: None,
-            },
-        )
-        .unwrap()
-    };
-    run_views();
-    g.synchronize().unwrap();
-    let (mut typed_rounds, mut view_rounds, mut raw_rounds) = (Vec::new(), Vec::new(), Vec::new());
-    // Where the typed launch's time goes: the checked call without the launch (`launch_plan`:
-    // the boundary ties, the queue check and every buffer's admission), the kernel lookup, and
-    // the two driver queries of every launch (the current context, the stream's capture state).
-    let (mut plan_rounds, mut lookup_rounds, mut ctx_rounds, mut capture_rounds) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    // And of the checked call: an empty argument list (the queue check, made and dropped), and
-    // one with as many admitted buffers as this call has (all of one allocation).
-    let (mut empty_args_rounds, mut admit_rounds) = (Vec::new(), Vec::new());
-    let probe = g.stream().alloc_zeros::<u8>(256).unwrap();
-    let probe = probe.as_view();
-    let buffers = ADMITTED_BUFFERS;
-    let per_call = |rounds: &mut Vec<f64>, f: &mut dyn FnMut()| {
-        let t0 = Instant::now();
-        for _ in 0..n {
-            f();
-        }
-        rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
-    };
-    for _ in 0..7 {
-        per_call(&mut plan_rounds, &mut || {
-            std::hint::black_box(plan_verify!(mx, &g, &w, b2));
-        });
-        per_call(&mut lookup_rounds, &mut || {
-            std::hint::black_box(
-                g.function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
-                    .unwrap(),
-            );
-        });
-        per_call(&mut empty_args_rounds, &mut || {
-            std::hint::black_box(DeviceArgs::new(&g).unwrap());
-        });
-        per_call(&mut admit_rounds, &mut || {
-            let mut args = DeviceArgs::new(&g).unwrap();
-            for _ in 0..buffers {
-                std::hint::black_box(args.read("probe", &probe).unwrap());
-            }
-        });
-        per_call(&mut ctx_rounds, &mut || {
-            std::hint::black_box(cudarc::driver::result::ctx::get_current().unwrap());
-        });
-        per_call(&mut capture_rounds, &mut || {
-            // SAFETY: the benchmark's live stream.
-            let status = unsafe {
-                cudarc::driver::result::stream::is_capturing(g.stream().cu_stream()).unwrap()
-            };
-            std::hint::black_box(status);
-        });
-        let t0 = Instant::now();
-        for _ in 0..n {
-            run_verify!(mx, &g, &w, b2);
-        }
-        typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
-        g.synchronize().unwrap();
-        let t0 = Instant::now();
-        for _ in 0..n {
-            run_views();
-        }
-        view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
-        g.synchronize().unwrap();
-        // SAFETY: the parameter block of a checked call on live buffers.
-        raw_rounds.push(unsafe { common::raw_launch_us(&g, function, &launch, n) });
-        g.synchronize().unwrap();
-    }
-    let typed = common::median(&mut typed_rounds);
-    let views = common::median(&mut view_rounds);
-    let raw = common::median(&mut raw_rounds);
-    let plan = common::median(&mut plan_rounds);
-    let lookup = common::median(&mut lookup_rounds);
-    let ctx_query = common::median(&mut ctx_rounds);
-    let capture_query = common::median(&mut capture_rounds);
-    let empty_args = common::median(&mut empty_args_rounds);
-    let admit = common::median(&mut admit_rounds);
-    println!(
-        "of which: checked call without launch {plan:.3} µs, kernel lookup {lookup:.3} µs, cuCtxGetCurrent {ctx_query:.3} µs, cuStreamIsCapturing {capture_query:.3} µs"
-    );
-    println!(
-        "argument list made and dropped {empty_args:.3} µs; with {buffers} buffers admitted {admit:.3} µs ({:.4} µs a buffer)",
-        (admit - empty_args) / buffers as f64
-    );
-    println!(
-        "\nhost time per launch: typed run {typed:.2} µs, raw cuLaunchKernel {raw:.2} µs, overhead {:.2} µs",
-        typed - raw
-    );
-    println!(
-        "host time per launch from views: {views:.2} µs, overhead over raw {:.2} µs",
-        views - raw
-    );
-    records.push(Record {
-        name: "host_launch".into(),
-        fields: vec![
-            ("typed_us", typed),
-            ("raw_us", raw),
-            ("overhead_us", typed - raw),
-            ("views_us", views),
-            ("views_overhead_us", views - raw),
-            ("checked_call_us", plan),
-            ("kernel_lookup_us", lookup),
-            ("ctx_query_us", ctx_query),
-            ("capture_query_us", capture_query),
-            ("empty_args_us", empty_args),
-            ("admit_us", admit),
-            ("admitted_buffers", buffers as f64),
-        ],
-    });
+    records.push(host_cost(&g, &w, &mx, &mut rng));
     common::write_json("prologue.json", &records);
 }

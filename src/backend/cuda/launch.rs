@@ -7,11 +7,12 @@
 
 use std::any::TypeId;
 use std::ffi::c_void;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
-    SyncOnDrop, result, sys,
+    CudaEvent, CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceSlice, SyncOnDrop, result, sys,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -203,11 +204,20 @@ pub(crate) enum Home {
 ///   context, e.g. `Cuda::new` beside a candle device, can disagree).
 /// - While a graph is recorded, every buffer must be ordered on the stream the graph replays
 ///   on: a replay cannot wait for other streams' events.
+#[inline]
 pub(crate) fn admit(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Result<Home> {
-    let ours = &*cuda.stream;
-    if std::ptr::eq(home, ours) {
+    if std::ptr::eq(home, &*cuda.stream) {
         return Ok(Home::Same);
     }
+    admit_other(cuda, param, home)
+}
+
+/// [`admit`] of a buffer whose home is not the backend's own stream object (kept out of line:
+/// the launches of one engine stream never get here).
+#[cold]
+#[inline(never)]
+fn admit_other(cuda: &Cuda, param: &'static str, home: &CudaStream) -> Result<Home> {
+    let ours = &*cuda.stream;
     if home.context().cu_ctx() != ours.context().cu_ctx() {
         return Err(Error::ForeignBuffer {
             param,
@@ -273,16 +283,21 @@ fn check_vector_aligned(param: &'static str, ptr: u64) -> Result<()> {
 /// have the most, 26).
 const MAX_DEVICE_ARGS: usize = 26;
 
-/// The device addresses of one launch's buffers, admitted one by one, with cudarc's stream
-/// synchronization guards held until the launch has been queued.
+/// A use of a buffer that cudarc records once the launch is queued: the buffer's read or write
+/// event and the launch's stream (what cudarc's `SyncOnDrop::Record` holds).
+type Use<'a> = (&'a CudaEvent, &'a CudaStream);
+
+/// The device addresses of one launch's buffers, admitted one by one, with the uses cudarc
+/// records for them held until the launch has been queued.
 ///
 /// Admitting a buffer checks where it lives, never its extent (the typed boundary did that):
 /// it must belong to the backend's context, and it must be ordered on the backend's stream
 /// unless the context tracks cross-stream use with events. When the context tracks events,
-/// the guards make the launch wait for earlier writes and record its own reads and writes in
-/// the buffer's events, and after the launch each buffer's other home stream waits for it (see
-/// `Drop`), so a buffer on another stream is neither reused nor freed under the kernel (outside
-/// graph capture). Nothing here allocates.
+/// admission makes the launch wait for earlier writes, the launch's reads and writes are
+/// recorded in the buffers' events after it is queued, and each buffer's other home stream
+/// then waits for it (see `Drop`), so a buffer on another stream is neither reused nor freed
+/// under the kernel (outside graph capture). Nothing here allocates, and nothing is
+/// initialized for buffers a launch does not pass.
 ///
 /// Every launch of the library goes through it, and a kernel declared outside the library
 /// uses it the same way (`shapeproof::kernel`, part 3): `new`, one `read` / `write` (or their
@@ -290,24 +305,27 @@ const MAX_DEVICE_ARGS: usize = 26;
 pub struct DeviceArgs<'a> {
     cuda: &'a Cuda,
     stream: &'a CudaStream,
-    guards: [Option<SyncOnDrop<'a>>; MAX_DEVICE_ARGS],
-    held: usize,
-    /// The other streams whose buffers the launch uses (distinct; see `Drop`).
-    homes: [Option<Arc<CudaStream>>; MAX_DEVICE_ARGS],
+    /// The uses to record after the launch; the first `n_uses` are initialized.
+    uses: [MaybeUninit<Use<'a>>; MAX_DEVICE_ARGS],
+    n_uses: usize,
+    /// The other streams whose buffers the launch uses (distinct; see `Drop`); the first
+    /// `n_homes` are initialized.
+    homes: [MaybeUninit<Arc<CudaStream>>; MAX_DEVICE_ARGS],
     n_homes: usize,
 }
 
 impl<'a> DeviceArgs<'a> {
     /// An empty argument list for a launch on `cuda`'s stream, once the stream can take it
     /// (`Cuda::check_queue`: the right thread, no foreign graph capture).
+    #[inline]
     pub fn new(cuda: &'a Cuda) -> Result<Self> {
         cuda.check_queue(super::Work::Launch)?;
         Ok(Self {
             cuda,
             stream: &cuda.stream,
-            guards: [const { None }; MAX_DEVICE_ARGS],
-            held: 0,
-            homes: [const { None }; MAX_DEVICE_ARGS],
+            uses: [const { MaybeUninit::uninit() }; MAX_DEVICE_ARGS],
+            n_uses: 0,
+            homes: [const { MaybeUninit::uninit() }; MAX_DEVICE_ARGS],
             n_homes: 0,
         })
     }
@@ -316,38 +334,69 @@ impl<'a> DeviceArgs<'a> {
     /// Returns the stream to take the buffer's address on: the launch's own, or, while a graph
     /// is recorded, the stream it replays on, which is the buffer's (so cudarc's protocol runs
     /// outside the capture).
+    #[inline]
     fn admit(&mut self, param: &'static str, home: &Arc<CudaStream>) -> Result<&'a CudaStream> {
         if admit(self.cuda, param, home)? == Home::Same {
             return Ok(self.cuda.recording_for.as_deref().unwrap_or(self.stream));
         }
-        let known = self.homes[..self.n_homes].iter().any(|h| {
-            h.as_ref()
-                .is_some_and(|h| h.cu_stream() == home.cu_stream())
-        });
-        if !known {
-            self.homes[self.n_homes] = Some(home.clone()); // a reference count, no allocation
-            self.n_homes += 1;
-        }
+        self.remember_home(param, home)?;
         Ok(self.stream)
     }
 
-    fn hold(&mut self, param: &'static str, guard: SyncOnDrop<'a>) -> Result<()> {
-        if matches!(guard, SyncOnDrop::Record(None)) {
-            return Ok(()); // a buffer without events (tracking off): nothing to record later
+    /// Remembers `home`, another stream, once (see `Drop`).
+    #[cold]
+    #[inline(never)]
+    fn remember_home(&mut self, param: &'static str, home: &Arc<CudaStream>) -> Result<()> {
+        let initialized = &self.homes[..self.n_homes];
+        // SAFETY: the first `n_homes` entries are initialized.
+        let known = initialized
+            .iter()
+            .any(|h| unsafe { h.assume_init_ref() }.cu_stream() == home.cu_stream());
+        if known {
+            return Ok(());
         }
-        if self.held == MAX_DEVICE_ARGS {
+        let Some(slot) = self.homes.get_mut(self.n_homes) else {
             return Err(Error::Value {
                 param,
-                value: self.held as i64 + 1,
+                value: self.n_homes as i64 + 1,
+                range: format!("1 ..= {MAX_DEVICE_ARGS} streams of device arguments a launch"),
+            });
+        };
+        slot.write(home.clone()); // a reference count, no allocation
+        self.n_homes += 1;
+        Ok(())
+    }
+
+    /// Takes the use cudarc would record when `guard` drops, to record it after the launch.
+    #[inline]
+    fn hold(&mut self, param: &'static str, guard: SyncOnDrop<'a>) -> Result<()> {
+        let mut guard = ManuallyDrop::new(guard);
+        let SyncOnDrop::Record(target) = &mut *guard else {
+            // `device_ptr` of a view never asks for a synchronization: refuse what it would mean.
+            drop(ManuallyDrop::into_inner(guard));
+            return Err(Error::Stream {
+                stream: format!("{:#x}", self.stream.cu_stream() as usize),
+                reason: "cudarc asked to synchronize the stream after a buffer's use, which a queued launch cannot",
+            });
+        };
+        // What is left, `Record(None)`, records nothing when dropped: it is not dropped.
+        let Some(used) = target.take() else {
+            return Ok(()); // a buffer without events (tracking off): nothing to record later
+        };
+        let Some(slot) = self.uses.get_mut(self.n_uses) else {
+            return Err(Error::Value {
+                param,
+                value: self.n_uses as i64 + 1,
                 range: format!("1 ..= {MAX_DEVICE_ARGS} device arguments a launch"),
             });
-        }
-        self.guards[self.held] = Some(guard);
-        self.held += 1;
+        };
+        slot.write(used);
+        self.n_uses += 1;
         Ok(())
     }
 
     /// The address of a buffer the kernel reads.
+    #[inline]
     pub fn read<T>(&mut self, param: &'static str, view: &'a CudaView<'_, T>) -> Result<u64> {
         let on = self.admit(param, view.stream())?;
         let (ptr, guard) = view.device_ptr(on);
@@ -356,6 +405,7 @@ impl<'a> DeviceArgs<'a> {
     }
 
     /// The address of a buffer the kernel writes (and may read).
+    #[inline]
     pub fn write<T>(
         &mut self,
         param: &'static str,
@@ -371,6 +421,7 @@ impl<'a> DeviceArgs<'a> {
     /// it must start at a multiple of 16 bytes (`VECTOR_BYTES`). A view at another offset is
     /// an `Err` before anything is queued; the kernel would otherwise fault on a misaligned
     /// access, which poisons the whole CUDA context.
+    #[inline]
     pub fn read_vectors<T>(
         &mut self,
         param: &'static str,
@@ -383,6 +434,7 @@ impl<'a> DeviceArgs<'a> {
 
     /// The address of a buffer the kernel writes in 16-byte vectors or bulk copies: as
     /// [`DeviceArgs::read_vectors`].
+    #[inline]
     pub fn write_vectors<T>(
         &mut self,
         param: &'static str,
@@ -433,19 +485,32 @@ impl<'a> DeviceArgs<'a> {
 }
 
 /// After the launch: the launch's reads and writes are recorded in its buffers' events (the
-/// guards), and every other stream whose buffers it used waits for the launch. cudarc keeps one
+/// uses `hold` took from cudarc's guards), and every other stream whose buffers it used waits for the launch. cudarc keeps one
 /// read event per buffer, which a later read on the home stream replaces, so without the wait a
 /// buffer could be freed on its home stream while this launch still reads it. Inside a graph
 /// capture the wait is not queued (it would pull the home stream into the capture): ordering
 /// a captured launch against other streams is the capturing caller's.
 impl Drop for DeviceArgs<'_> {
     fn drop(&mut self) {
-        for guard in &mut self.guards[..self.held] {
-            drop(guard.take()); // records this launch's reads and writes
+        let uses = std::mem::take(&mut self.n_uses);
+        for used in &self.uses[..uses] {
+            // SAFETY: the first `n_uses` entries are initialized (plain references).
+            let (event, stream) = unsafe { used.assume_init_read() };
+            // What cudarc's guard does when it drops: record this launch's use.
+            let ctx = stream.context();
+            if ctx.is_managing_stream_synchronization() {
+                ctx.record_err(event.record(stream));
+            }
         }
-        if self.n_homes == 0 {
+        let n_homes = std::mem::take(&mut self.n_homes);
+        if n_homes == 0 {
             return;
         }
+        // SAFETY: the first `n_homes` entries are initialized, and `n_homes` is now 0, so each
+        // is read out (and dropped at the end of this function) once.
+        let homes: [Option<Arc<CudaStream>>; MAX_DEVICE_ARGS] = std::array::from_fn(|i| {
+            (i < n_homes).then(|| unsafe { self.homes[i].assume_init_read() })
+        });
         let capturing = !matches!(
             self.stream.capture_status(),
             Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
@@ -456,7 +521,7 @@ impl Drop for DeviceArgs<'_> {
         let ctx = self.stream.context();
         match self.stream.record_event(None) {
             Ok(launched) => {
-                for home in self.homes[..self.n_homes].iter().flatten() {
+                for home in homes.iter().flatten() {
                     ctx.record_err(home.wait(&launched));
                 }
             }
