@@ -229,7 +229,8 @@ DECODE = ("mla_decode.json", "`benches/mla_decode.rs`")
 DECODE_TORCH = ("decode_torch.json", "`bench/decode_torch.py`")
 TOPK = ("topk.json", "`benches/topk.rs`")
 TOPK_TORCH = ("topk_torch.json", "`bench/topk_torch.py`")
-KNOWN_FILES = [SPARSE[0], PROLOGUE[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0],
+PROLOGUE_HOST = ("prologue_host.json", "`benches/prologue.rs` (`BENCH_HOST_ONLY=1`)")
+KNOWN_FILES = [SPARSE[0], PROLOGUE[0], PROLOGUE_HOST[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0],
                DECODE_TORCH[0], TOPK[0], TOPK_TORCH[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
@@ -449,15 +450,25 @@ HOST_LABELS = {
     "kernel_lookup_us": "of which: the kernel lookup",
     "ctx_query_us": "of which: `cuCtxGetCurrent`",
     "capture_query_us": "of which: `cuStreamIsCapturing`",
+    "empty_args_us": "an argument list made and dropped (the queue check)",
+    "admit_us": "the same with every buffer of the call admitted",
+    "admitted_buffers": "buffers admitted",
 }
 
 
-def host_launch(run, results_dir):
+def host_launch(run, host_run, results_dir):
+    """The host cost of a launch: from the host-only run of the prologue benchmark when there is
+    one (it is rerun alone when the launch path changes), else from the full run."""
     out = ["### Host time per launch", ""]
+    source = PROLOGUE
+    if host_run is not None:
+        if run is not None:
+            run.get("host_launch")  # superseded by the host-only run
+        run, source = host_run, PROLOGUE_HOST
     if run is None:
         return out + no_run(results_dir, *PROLOGUE)
     rec = run.get("host_launch")
-    out += run_line(run, PROLOGUE[1], ["against the raw launch of the same run"])
+    out += run_line(run, source[1], ["against the raw launch of the same run"])
     if rec is None:
         return out + none_of_kind(run)
     keys = [k for k in HOST_LABELS if k in rec] + [k for k in rec if k not in HOST_LABELS]
@@ -655,9 +666,10 @@ def render(results_dir):
     out += prologue_torch(runs[TORCH[0]], prologue, results_dir)
     if runs[TORCH[0]] is not None:
         out += others(runs[TORCH[0]])
-    out += host_launch(prologue, results_dir)
-    if prologue is not None:
-        out += others(prologue)
+    out += host_launch(prologue, runs[PROLOGUE_HOST[0]], results_dir)
+    for run in (prologue, runs[PROLOGUE_HOST[0]]):
+        if run is not None:
+            out += others(run)
     out += candle_launch(runs[CANDLE[0]], results_dir)
     if runs[CANDLE[0]] is not None:
         out += others(runs[CANDLE[0]])
