@@ -327,32 +327,39 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 
 // Merges the splits of each (row, head): lse = log-sum-exp of the splits' lse, out = their
 // outputs weighted by exp(lse_i - lse); no valid slot in any split gives out 0, lse +inf.
-// One CTA of 128 threads a (row, head), 4 dims a thread.
+// One CTA of 128 threads a (row, head), 4 dims a thread. A row has at most 32 splits (TOPK / 64
+// blocks of at most 2048 positions): the first warp reads every split's lse at once and leaves
+// the weights in shared memory, and the output loads of all splits are independent.
 template <int H_Q>
 __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const DecodeParams p) {
+    constexpr int kMaxSplits = 32;
+    __shared__ float weight[kMaxSplits];
+    __shared__ float head_lse;
     const i64 head = blockIdx.x;  // row * H_Q + h
-    const float* lses = p.part_lse + head * p.splits;
-    float m = -pos_inf();
-    for (int i = 0; i < p.splits; ++i) {
-        m = fmaxf(m, lses[i]);
+    const int splits = min(p.splits, kMaxSplits);  // the host never splits further
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        const bool live = lane < splits;
+        const float l = live ? p.part_lse[head * p.splits + lane] : -pos_inf();
+        float m = l;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const bool empty = m == -pos_inf();
+        const float e = empty ? 0.0f : expf(l - m);  // 0 for a split without a valid slot
+        float z = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+        weight[lane] = empty ? 0.0f : e / z;  // exp(l - lse)
+        if (lane == 0) head_lse = empty ? pos_inf() : m + logf(z);
     }
+    __syncthreads();
     const int d = threadIdx.x * 4;
-    if (m == -pos_inf()) {
-        *reinterpret_cast<uint2*>(p.out + head * 512 + d) = make_uint2(0, 0);
-        if (threadIdx.x == 0) {
-            p.lse[head] = pos_inf();
-        }
-        return;
-    }
-    float z = 0.0f;
-    for (int i = 0; i < p.splits; ++i) {
-        z += expf(lses[i] - m);
-    }
-    const float lse = m + logf(z);
+    const float* po = p.part_o + head * p.splits * 512 + d;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int i = 0; i < p.splits; ++i) {
-        const float w = expf(lses[i] - lse);
-        const float4 v = *reinterpret_cast<const float4*>(p.part_o + (head * p.splits + i) * 512 + d);
+#pragma unroll 8
+    for (int i = 0; i < splits; ++i) {
+        const float w = weight[i];
+        const float4 v = *reinterpret_cast<const float4*>(po + (i64)i * 512);
         acc[0] += w * v.x;
         acc[1] += w * v.y;
         acc[2] += w * v.z;
@@ -361,6 +368,6 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const De
     *reinterpret_cast<uint2*>(p.out + head * 512 + d) =
         make_uint2(pack_bf16x2(acc[0], acc[1]), pack_bf16x2(acc[2], acc[3]));
     if (threadIdx.x == 0) {
-        p.lse[head] = lse;
+        p.lse[head] = head_lse;
     }
 }

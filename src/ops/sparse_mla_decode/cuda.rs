@@ -21,8 +21,11 @@ const THREADS: u32 = 128;
 const HEAD_GROUP: usize = 16;
 /// Top-k positions a step of the kernel takes (`decode::kBlock`).
 const BLOCK: usize = 64;
-/// CTAs that keep every SM of an H200 busy (two waves of 132): fewer, and the top-k is split.
-const TARGET_CTAS: usize = 264;
+/// CTAs a call aims at: one a SM of an H200 or H100 (132). Fewer, and the top-k is split; more
+/// splits would fill both CTA slots of an SM, but every split writes and the combine reads a
+/// `[16, 512]` f32 partial, which cost more than the second slot gave (B 8, s_q 1, h 16: 36 µs
+/// against 55 µs at 264; B 1 is split 32 ways either way).
+const TARGET_CTAS: usize = 132;
 /// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (padded rows),
 /// two buffers of 64 cache rows, the 16 × 64 scores (padded) and two blocks' slots — 107520
 /// bytes, so two CTAs share an SM.
@@ -82,7 +85,7 @@ impl<const H_Q: usize> CudaKernel for SparseMlaDecodeCombineKernel<H_Q> {
 }
 
 /// How a call's top-k is split: `(splits, blocks_per_split)` for `rows` query rows of `heads`
-/// heads, so that about 264 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split).
+/// heads, so that about 132 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split).
 pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
     let ctas = rows * heads.div_ceil(HEAD_GROUP);
     let blocks = topk / BLOCK;
