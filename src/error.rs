@@ -139,29 +139,48 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// `rows × cols` elements, or an [`Error::Value`] naming `param` when the product does not
     /// fit in `usize` (a row count no allocation could hold).
+    #[inline]
     pub fn elements(param: &'static str, rows: usize, cols: usize) -> Result<usize> {
-        rows.checked_mul(cols).ok_or_else(|| Error::Value {
+        match rows.checked_mul(cols) {
+            Some(n) => Ok(n),
+            None => Err(Self::too_many_elements(param, rows, cols)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn too_many_elements(param: &'static str, rows: usize, cols: usize) -> Self {
+        Error::Value {
             param,
             value: i64::try_from(rows).unwrap_or(i64::MAX),
             range: format!(
                 "rows with rows × {cols} elements addressable (0 ..= {})",
                 usize::MAX / cols.max(1)
             ),
-        })
+        }
     }
 
     /// Checks that a buffer of `actual` elements is `rows` rows of `cols`: `Ok`, or an
     /// [`Error::Rows`] (an [`Error::Value`] when `rows × cols` overflows).
+    #[inline]
     pub fn check_rows(param: &'static str, rows: usize, cols: usize, actual: usize) -> Result<()> {
-        if Self::elements(param, rows, cols)? == actual {
-            Ok(())
-        } else {
-            Err(Error::Rows {
+        if rows.checked_mul(cols) == Some(actual) {
+            return Ok(());
+        }
+        Err(Self::rows_mismatch(param, rows, cols, actual))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rows_mismatch(param: &'static str, rows: usize, cols: usize, actual: usize) -> Self {
+        match Self::elements(param, rows, cols) {
+            Err(e) => e,
+            Ok(_) => Error::Rows {
                 param,
                 rows,
                 cols,
                 actual,
-            })
+            },
         }
     }
 
@@ -176,6 +195,7 @@ impl Error {
     }
 
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
+    #[inline]
     pub fn check_extent(
         param: &'static str,
         what: &'static str,
@@ -183,14 +203,24 @@ impl Error {
         actual: usize,
     ) -> Result<()> {
         if expected == actual {
-            Ok(())
-        } else {
-            Err(Error::Extent {
-                param,
-                what,
-                expected,
-                actual,
-            })
+            return Ok(());
+        }
+        Err(Self::extent_mismatch(param, what, expected, actual))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn extent_mismatch(
+        param: &'static str,
+        what: &'static str,
+        expected: usize,
+        actual: usize,
+    ) -> Self {
+        Error::Extent {
+            param,
+            what,
+            expected,
+            actual,
         }
     }
 }

@@ -55,10 +55,7 @@ impl Rows {
         // Rows are the leading dims, a row the trailing dims whose product is `R::COLS`
         // (`[T, HQ, 4]` and `[T, HQ·4]` are both rows of `HQ·4` scales; `[HD]` is one row).
         let dims = layout.dims();
-        let split = (0..=dims.len())
-            .rev()
-            .find(|&k| product(&dims[k..]) == Some(R::COLS));
-        let Some(split) = split else {
+        let Some(split) = row_split(dims, R::COLS) else {
             return Err(mismatch(
                 param,
                 format!(
@@ -92,8 +89,64 @@ impl Rows {
     }
 }
 
+/// The `k` whose trailing dims `dims[k..]` multiply to `cols`, the shortest such suffix (all of
+/// `dims` are rows when `cols` is 1), or `None`. One pass from the end: a suffix's product only
+/// grows (or drops to 0 and stays there) as it lengthens.
+fn row_split(dims: &[usize], cols: usize) -> Option<usize> {
+    let mut suffix = 1usize; // the product of dims[k..]
+    for k in (0..=dims.len()).rev() {
+        if k < dims.len() {
+            suffix = suffix.checked_mul(dims[k])?;
+        }
+        if suffix == cols {
+            return Some(k);
+        }
+        if cols > 0 && (suffix == 0 || suffix > cols) {
+            return None;
+        }
+    }
+    None
+}
+
 /// The product of `dims`, or `None` when it overflows (a broadcast shape can claim more
 /// elements than any memory holds).
 pub(crate) fn product(dims: &[usize]) -> Option<usize> {
     dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{product, row_split};
+
+    /// The one-pass split equals its definition (the largest `k` with `dims[k..]` multiplying
+    /// to `cols`) on every shape of up to four dims of 0 ..= 4, for every width up to 20.
+    #[test]
+    fn row_split_is_the_shortest_suffix_of_the_width() {
+        let mut shapes = vec![vec![]];
+        for _ in 0..4 {
+            let longer: Vec<Vec<usize>> = shapes
+                .iter()
+                .filter(|s| s.len() < 4)
+                .flat_map(|s| {
+                    (0..=4).map(move |d| {
+                        let mut t = s.clone();
+                        t.push(d);
+                        t
+                    })
+                })
+                .collect();
+            shapes.extend(longer);
+        }
+        shapes.sort();
+        shapes.dedup();
+        for dims in &shapes {
+            for cols in 0..=20 {
+                let want = (0..=dims.len())
+                    .rev()
+                    .find(|&k| product(&dims[k..]) == Some(cols));
+                assert_eq!(row_split(dims, cols), want, "{dims:?}, {cols}");
+            }
+        }
+        assert_eq!(row_split(&[usize::MAX, 2], 4), None);
+    }
 }
