@@ -104,36 +104,6 @@ __device__ __forceinline__ u32 dynamic_smem_bytes() {
     return r;
 }
 
-// Exclusive scan of `v` over the CTA, and the CTA's total; `scratch` holds kWarps + 1 ints.
-// Three barriers; every thread calls it.
-__device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int& total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int incl = v;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += o;
-    }
-    if (lane == 31) scratch[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int w = scratch[lane];  // kWarps == 32
-        int s = w;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int o = __shfl_up_sync(0xffffffffu, s, d);
-            if (lane >= d) s += o;
-        }
-        scratch[lane] = s - w;  // warps before this one
-        if (lane == 31) scratch[kWarps] = s;
-    }
-    __syncthreads();
-    total = scratch[kWarps];
-    const int before = scratch[warp] + incl - v;
-    __syncthreads();  // scratch read before the next scan writes it
-    return before;
-}
-
 // Counts `key` into `hist` when it is live and matches the digits found so far (`mask`,
 // `prefix`). Warp-wide: every lane calls it. A warp whose taken keys all share one digit (a
 // run of ties) adds them with one atomic instead of 32 on one address.
@@ -163,7 +133,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(topk::kThreads
     __shared__ int hist[kBins];       // this CTA's counts of a digit (clusters of 2 or more)
     __shared__ int total[2][kBins];   // the cluster's counts: a pass's, and the next one's zeroed
     __shared__ int found[3];          // the digit's bin, the rank left in it, the bin's count
-    __shared__ int scratch[kWarps + 1];
+    __shared__ int scratch[kWarps];   // the warps' totals of the bin search
     __shared__ int warp_gt[kWarps], warp_eq[kWarps];
     __shared__ int cta_counts[2];     // this CTA's kept keys above the cut and at it
     __shared__ int before_cta[2];     // the same over the cluster's earlier CTAs
@@ -242,12 +212,30 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(topk::kThreads
             }
             sync_arrive<CLUSTER>();  // this CTA's counts are in ...
             sync_wait<CLUSTER>();    // ... and every other CTA's
-            // Thread t takes bins 2047 - 2t and 2046 - 2t: bins from the top.
+            // Thread t takes bins 2047 - 2t and 2046 - 2t: bins from the top. The keys in the
+            // bins above its two: a scan within the warp, then over the warps' totals, which
+            // every warp scans for itself (one barrier).
             const int hi = kBins - 1 - 2 * tid;
             const int hi_count = total[buf][hi], lo_count = total[buf][hi - 1];
-            int all;
-            const int above = block_exclusive_scan(hi_count + lo_count, scratch, all);
-            if (above < rank && above + hi_count + lo_count >= rank) {
+            const int mine = hi_count + lo_count;
+            int incl = mine;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int o = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d) incl += o;
+            }
+            if (lane == 31) scratch[warp] = incl;
+            __syncthreads();
+            const int warp_total = scratch[lane];  // kWarps == 32
+            int warps_incl = warp_total;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int o = __shfl_up_sync(0xffffffffu, warps_incl, d);
+                if (lane >= d) warps_incl += o;
+            }
+            const int above =
+                __shfl_sync(0xffffffffu, warps_incl - warp_total, warp) + incl - mine;
+            if (above < rank && above + mine >= rank) {
                 const bool in_hi = above + hi_count >= rank;
                 found[0] = in_hi ? hi : hi - 1;
                 found[1] = in_hi ? rank - above : rank - above - hi_count;
@@ -259,7 +247,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(topk::kThreads
             const bool whole_bin = found[1] == found[2];  // every key of the bin is kept
             rank = found[1];
             buf ^= 1;
-            __syncthreads();  // found[] read before the next pass writes it
+            // found[] and scratch[] are written again only after the next pass's first
+            // barrier, which every thread reaches after reading them here.
             if (whole_bin) break;
         }
         const int need = rank;  // keys at the cut ((key & mask) == prefix) that are kept
