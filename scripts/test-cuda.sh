@@ -5,6 +5,9 @@
 #   its kernels with nvcc (about 12 minutes on 2 cores, the bulk of this command), from the
 #   pinned CUDA 13.0 wheels of scripts/cuda-toolkit.sh (about 500 MB in ./.cuda).
 # - An nvcc build of the sparse MLA kernel harness (bench/harness), which the GPU bundle runs.
+# - The prologue benchmark's host section over the null driver (scripts/null-driver): every
+#   typed launch path of the benchmark runs end to end on the host (boundary, admissions,
+#   parameter block, the driver calls), and the profiling tool stays in working order.
 #
 # Progress is printed every 30 seconds while nvcc works (cargo is silent then).
 set -euo pipefail
@@ -32,4 +35,17 @@ if ! NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" bench/harness
     grep -v C7517 target/harness/build.log
     exit 1
 fi
+step "the host path over the null driver (BENCH_HOST_ONLY=1 benches/prologue.rs)"
+null_dir=$(scripts/null-driver/build.sh)
+bench=$(cargo bench --features gpu-tests --no-run --bench prologue --message-format=json |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+(
+    source scripts/nvrtc.sh >/dev/null
+    LD_LIBRARY_PATH="$PWD/$null_dir:$LD_LIBRARY_PATH" SHAPEPROOF_CACHE_DIR="$PWD/$null_dir/kernels" \
+        BENCH_HOST_ONLY=1 BENCH_JSON_DIR="$null_dir" "$bench"
+)
 step "done in $((SECONDS - start)) s"
