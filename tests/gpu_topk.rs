@@ -11,8 +11,10 @@ mod common;
 
 use common::topk::{Scores, TopkScenario};
 use shapeproof::backend::{Backend, Cpu, Cuda};
+use shapeproof::dim::Dim;
 use shapeproof::ops::topk::{MAX_CLUSTERS, TopK, TopkScores};
 use shapeproof::prelude::Cols;
+use shapeproof::rules::IndexerTopk;
 use shapeproof::tensor::Tensor;
 
 fn gpu() -> Cuda {
@@ -21,6 +23,17 @@ fn gpu() -> Cuda {
 
 const KINDS: [Scores; 4] = [Scores::Noise, Scores::Peaked, Scores::Ties, Scores::Awkward];
 
+/// Runs `s` on the GPU and checks every row against the semantics (a full sort) and against
+/// the CPU reference's rows.
+fn check_on_gpu<const TOPK: usize>(g: &Cuda, what: &str, s: &TopkScenario)
+where
+    Dim<TOPK>: IndexerTopk,
+{
+    let got = s.run::<Cuda, TOPK>(g);
+    s.check(what, &got, TOPK);
+    assert_eq!(got, s.run::<Cpu, TOPK>(&Cpu), "{what}: GPU against CPU");
+}
+
 #[test]
 fn top_2048_of_long_rows() {
     let g = gpu();
@@ -28,9 +41,7 @@ fn top_2048_of_long_rows() {
         let what = format!("{scores:?} 65536");
         let mut rng = common::rng(&what);
         let s = TopkScenario::new(&mut rng, 12, 65536, 2048, scores);
-        let got = s.run::<Cuda, 2048>(&g);
-        s.check(&what, &got, 2048);
-        assert_eq!(got, s.run::<Cpu, 2048>(&Cpu), "{what}: GPU against CPU");
+        check_on_gpu::<2048>(&g, &what, &s);
     }
     let mut rng = common::rng("131072");
     let s = TopkScenario::new(&mut rng, 6, 131072, 2048, Scores::Noise);
@@ -46,9 +57,7 @@ fn rows_too_wide_to_cache() {
         let what = format!("{scores:?} 300000");
         let mut rng = common::rng(&what);
         let s = TopkScenario::new(&mut rng, 6, 300_000, 2048, scores);
-        let got = s.run::<Cuda, 2048>(&g);
-        s.check(&what, &got, 2048);
-        assert_eq!(got, s.run::<Cpu, 2048>(&Cpu), "{what}: GPU against CPU");
+        check_on_gpu::<2048>(&g, &what, &s);
     }
 }
 
@@ -62,9 +71,7 @@ fn every_cluster_size() {
             let what = format!("{scores:?} {rows} rows");
             let mut rng = common::rng(&what);
             let s = TopkScenario::new(&mut rng, rows, 40_000, 2048, scores);
-            let got = s.run::<Cuda, 2048>(&g);
-            s.check(&what, &got, 2048);
-            assert_eq!(got, s.run::<Cpu, 2048>(&Cpu), "{what}: GPU against CPU");
+            check_on_gpu::<2048>(&g, &what, &s);
         }
     }
 }
@@ -75,9 +82,7 @@ fn more_rows_than_clusters() {
     let g = gpu();
     let mut rng = common::rng("more_rows_than_clusters");
     let s = TopkScenario::new(&mut rng, MAX_CLUSTERS + 77, 300, 128, Scores::Noise);
-    let got = s.run::<Cuda, 128>(&g);
-    assert_eq!(got, s.run::<Cpu, 128>(&Cpu), "GPU against CPU");
-    s.check("more rows than clusters", &got, 128);
+    check_on_gpu::<128>(&g, "more rows than clusters", &s);
 }
 
 #[test]
