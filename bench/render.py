@@ -229,9 +229,10 @@ DECODE = ("mla_decode.json", "`benches/mla_decode.rs`")
 DECODE_TORCH = ("decode_torch.json", "`bench/decode_torch.py`")
 TOPK = ("topk.json", "`benches/topk.rs`")
 TOPK_TORCH = ("topk_torch.json", "`bench/topk_torch.py`")
+INDEXER_TORCH = ("indexer_torch.json", "`bench/indexer_torch.py`")
 PROLOGUE_HOST = ("prologue_host.json", "`benches/prologue.rs` (`BENCH_HOST_ONLY=1`)")
 KNOWN_FILES = [SPARSE[0], PROLOGUE[0], PROLOGUE_HOST[0], TORCH[0], CANDLE[0], INDEXER[0], MLA_CACHE[0], DECODE[0],
-               DECODE_TORCH[0], TOPK[0], TOPK_TORCH[0]]
+               DECODE_TORCH[0], TOPK[0], TOPK_TORCH[0], INDEXER_TORCH[0]]
 
 WIDE = r"sq(\d+)_skv(\d+)_hq(\d+)_heads(\d+)_d(\d+)_topk(\d+)(_tiles64)?"
 NARROW = r"narrow_sq(\d+)_skv(\d+)_heads(\d+)_d(\d+)_topk(\d+)"
@@ -565,6 +566,46 @@ def indexer_paged(run, results_dir):
     return out
 
 
+def indexer_torch(run, results_dir):
+    """The indexer's prefill and paged shapes in PyTorch (`indexer_torch.json`), each beside
+    the shapeproof figure of the same run's `indexer.json`, which the script recorded."""
+    out = ["### Lightning indexer beside PyTorch", ""]
+    if run is None:
+        return out + no_run(results_dir, *INDEXER_TORCH)
+    out += run_line(run, INDEXER_TORCH[1], [f"PyTorch {run.data.get('torch', '?')}"])
+    out += prose("Eager and `torch.compile`: bf16 matmuls (scores rounded to bf16), f32 weights "
+                 "and sums, `torch.topk` and a sort, chunked so that the scores fit; the "
+                 "shapeproof column is the same run's `indexer.json`.")
+    prefill = run.matching(INDEXER_REC)
+    if prefill:
+        rows = []
+        for m, _, f in prefill:
+            tokens, history, heads, topk = m.groups()
+            keys = f"{history} + chunk, causal" if history != "0" else "the chunk, causal"
+            ours = f.get("shapeproof_ms")
+            rows.append([f"({tokens}, {keys}, {heads}, {topk})", num(ours, 2),
+                         num(f.get("eager_ms"), 1), num(f.get("compiled_ms"), 1),
+                         times(ratio(f.get("eager_ms"), ours), 1),
+                         times(ratio(f.get("compiled_ms"), ours), 1)])
+        out += table(["(T, keys, H_IDX, TOPK)", "shapeproof ms", "eager ms", "compiled ms",
+                      "eager / shapeproof", "compiled / shapeproof"], rows) + [""]
+    paged = run.matching(PAGED_REC)
+    if paged:
+        rows = []
+        for m, _, f in paged:
+            ours = f.get("shapeproof_us")
+            rows.append(["({}, {}, {}, {}, {})".format(*m.groups()), num(ours, 1),
+                         num(f.get("eager_us"), 1), num(f.get("compiled_us"), 1),
+                         times(ratio(f.get("eager_us"), ours), 1),
+                         times(ratio(f.get("compiled_us"), ours), 1)])
+        out += table(["paged (B, next_n, seq_len, H_IDX, TOPK)", "shapeproof µs", "eager µs",
+                      "compiled µs", "eager / shapeproof", "compiled / shapeproof"], rows)
+        out += [""]
+    if not prefill and not paged:
+        out += none_of_kind(run)
+    return out
+
+
 def mla_cache(run, results_dir):
     out = ["### FP8 sparse MLA cache: store and gather", ""]
     if run is None:
@@ -677,6 +718,9 @@ def render(results_dir):
     out += indexer_paged(runs[INDEXER[0]], results_dir)
     if runs[INDEXER[0]] is not None:
         out += others(runs[INDEXER[0]])
+    out += indexer_torch(runs[INDEXER_TORCH[0]], results_dir)
+    if runs[INDEXER_TORCH[0]] is not None:
+        out += others(runs[INDEXER_TORCH[0]])
     out += mla_cache(runs[MLA_CACHE[0]], results_dir)
     if runs[MLA_CACHE[0]] is not None:
         out += others(runs[MLA_CACHE[0]])

@@ -22,7 +22,7 @@ from torch_timing import rust_records, time_us, write_records
 
 TOPK = 2048
 RUNS, WARMUP = 51, 5  # timed calls, and calls before them
-SHAPES = [(1, 65536), (4, 131072), (8, 65536), (132, 65536), (1024, 16384)]
+SHAPES = [(1, 65536), (4, 131072), (8, 65536), (32, 65536), (132, 65536), (1024, 16384)]
 
 
 def topk(scores):

@@ -65,7 +65,8 @@ for exe in "$out"/bin/*; do
 done
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/fp8_matmul_rate.py "$out/"
-cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/torch_timing.py "$out/"
+cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
+    bench/torch_timing.py "$out/"
 chmod +x "$out/run.sh"
 rm -f "$log"
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

@@ -3,7 +3,8 @@
 #   run.sh tests      GPU tests (they fail, never skip, without a GPU)
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
-#                     prologue in PyTorch beside the prologue benchmark's figures (needs torch)
+#                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
+#                     figures (needs torch)
 #   run.sh examples   the example model ports
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
@@ -64,6 +65,9 @@ bench() {
     echo "== decode_torch.py"
     python3 "$here/decode_torch.py" --json "$BENCH_JSON_DIR/mla_decode.json" \
         --out "$BENCH_JSON_DIR/decode_torch.json" || status=1
+    echo "== indexer_torch.py"
+    python3 "$here/indexer_torch.py" --json "$BENCH_JSON_DIR/indexer.json" \
+        --out "$BENCH_JSON_DIR/indexer_torch.json" || status=1
 }
 
 examples() {
