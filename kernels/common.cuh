@@ -101,3 +101,19 @@ __device__ __forceinline__ u16 mxfp8_quantize_pair(float lo, float hi, float sca
     const float b = fminf(fmaxf(__fdiv_rn(hi, scale), -448.0f), 448.0f);
     return pack_e4m3x2(a, b);
 }
+
+// The shared-memory address (32-bit, as PTX's .shared instructions take it) of a pointer into
+// this CTA's shared memory.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 r;
+    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0): the order the
+// lightning indexer and the top-k select by (`order_key` of src/ops/indexer/cpu.rs).
+__device__ __forceinline__ u32 order_key(float v) {
+    if (v != v) v = __int_as_float(0xff800000);
+    const u32 b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}

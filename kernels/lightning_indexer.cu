@@ -97,13 +97,6 @@ __host__ __device__ constexpr int smem_bytes(int heads, int topk) {
            kTokens * cap_for(topk) * 8 + 64;
 }
 
-// The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0).
-__device__ __forceinline__ u32 order_key(float v) {
-    if (v != v) v = __int_as_float(0xff800000);
-    const u32 b = __float_as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
 // acc[64 x 128 f32] (+)= A[64 x 32 e4m3, smem] * B[128 x 32 e4m3, smem]^T
 __device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 desc_b, u32 accumulate) {
     asm volatile(

@@ -1,6 +1,6 @@
 // Definitions shared by the two sparse MLA prefill kernels (sparse_mla_prefill.cu, 64-head tiles,
 // and sparse_mla_narrow.cu, 8/16/32-head tiles and its own 64-head tile): their parameter block
-// and the sm_90a PTX helpers they use (shared-memory addresses, mbarriers, cp.async and bulk
+// and the sm_90a PTX helpers they use (mbarriers, cp.async and bulk
 // copies, named barriers and their OR vote, ldmatrix, wgmma fences and descriptors, the S = Q.K^T
 // wgmma and the Q tile load of the 64-head kernels; the benchmark's bulk-copy gather limit uses
 // them too).
@@ -31,12 +31,6 @@ struct SparseMlaParams {
 
 __device__ __forceinline__ float pos_inf() {
     return __int_as_float(0x7f800000);
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 r;
-    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n" : "=r"(r) : "l"(p));
-    return r;
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

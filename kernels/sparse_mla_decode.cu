@@ -2,7 +2,7 @@
 // sm_90a, first version: bf16 tensor cores (mma.sync m16n8k16), the cache rows dequantized on
 // the fly (exact: e4m3 times a power of two is a bf16), the top-k split over CTAs when the
 // batch is too small to fill the GPU, and a combine kernel that merges the splits.
-// Compiled after common.cuh and sparse_mla_common.cuh (smem_addr, cp_async_16).
+// Compiled after common.cuh and sparse_mla_common.cuh (cp_async_16; smem_addr is common.cuh's).
 //
 // One CTA = (query row, group of 16 heads, split of the top-k), 4 warps, two CTAs an SM. Per
 // block of 64 top-k positions: the 64 cache rows (656 bytes each; an invalid slot is a zero row,

@@ -40,14 +40,6 @@ constexpr int kLoads = 8;                 // global loads a thread keeps in flig
 // Digits from the top: bits 31..21, 20..10 and 9..0.
 __device__ __forceinline__ int digit_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 
-// The u32 whose unsigned order is the float's order (NaN as -inf, -0 below +0): the
-// indexer's (lightning_indexer.cu), so both select alike.
-__device__ __forceinline__ u32 order_key(float v) {
-    if (v != v) v = __int_as_float(0xff800000);
-    const u32 b = __float_as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
 __device__ __forceinline__ u32 cluster_rank() {
     u32 r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -65,11 +57,9 @@ __device__ __forceinline__ void cluster_wait() {
 
 // The address of `local` (a shared-memory address of this CTA) in CTA `rank` of the cluster.
 __device__ __forceinline__ u32 remote_addr(const int* local, u32 rank) {
-    u32 addr;
-    asm("{\n.reg .u64 t;\ncvta.to.shared.u64 t, %1;\ncvt.u32.u64 %0, t;\n}\n"
-        : "=r"(addr) : "l"(local));
     u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
     return remote;
 }
 
