@@ -100,16 +100,16 @@ impl TopkEntry for Cuda {
         if rows == 0 {
             return Ok(());
         }
+        let width = scores.width;
         let mut args = DeviceArgs::new(self)?;
         let params = TopkParams {
             scores: args.read("scores", &scores.scores)?,
             starts: args.read("starts", &scores.starts)?,
             ends: args.read("ends", &scores.ends)?,
             indices: args.write("indices", &mut indices)?,
-            width: scores.width as i64,
+            width: width as i64,
             rows: rows as i32,
         };
-        let width = scores.width;
         // SAFETY: `scores` holds rows × width values, `starts` and `ends` rows values and
         // `indices` rows × TOPK (tied by `TopK::run`), all admitted into `params`.
         unsafe {
