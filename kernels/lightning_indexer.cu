@@ -418,7 +418,11 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             const u8* kb;
             const float* sb;
             const bool present = keys.block(first, kb, sb);
-            for (int e = tid; e < kBlock * (kD / 16); e += kThreads) {
+            // Four 16-byte copies a thread (unrolled: tid < kThreads is not known to the compiler).
+            static_assert(kBlock * (kD / 16) % kThreads == 0, "whole copies a thread");
+#pragma unroll
+            for (int i = 0; i < kBlock * (kD / 16) / kThreads; ++i) {
+                const int e = tid + i * kThreads;
                 const int r = e / (kD / 16), c = e % (kD / 16);
                 const bool valid = present && first + r < hi;
                 const u8* src = valid ? kb + r * kD + c * 16 : keys.base();
@@ -438,6 +442,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
     constexpr int kAcc = N / 2;  // accumulators a thread holds: 2 rows x N/4 columns
     auto issue = [&](float (&acc)[kAcc], int b) {
         const u32 stage = smem_addr(sk + (b % kStages) * kStageBytes);
+        fence_regs(acc);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < kD / 32; ++ks) {
@@ -510,23 +515,24 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             }
         }
     };
-    // One step: block b + 1's product is issued into `next` before block b is consumed.
-    auto step = [&](float (&cur)[kAcc], float (&next)[kAcc], int b) {
-        if (b + 1 < blocks) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-            __syncthreads();  // block b + 1 landed for every thread's copies
-            fence_proxy_async();
-            issue(next, b + 1);
-            wgmma_wait<1>();
-        } else {
-            wgmma_wait<0>();
-            // Every thread has read block b - 1's counts (its cut decisions) before any admits
-            // block b's candidates into them: without this barrier a late thread could see a
-            // count the last block already raised and enter a cut alone.
-            __syncthreads();
-        }
-        fence_regs(cur);
-        consume(cur, b);
+    // Block b + 1 landed for every thread's copies and its product issued into `next`; then
+    // block b's product (in `cur`) is waited for. The steady state always has a next block, so
+    // the loop below carries no branch around the issue (a branch there makes ptxas serialise
+    // every wgmma).
+    auto issue_next = [&](float (&next)[kAcc], int b) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+        __syncthreads();  // block b + 1 landed for every thread's copies
+        fence_proxy_async();
+        issue(next, b + 1);
+        wgmma_wait<1>();
+    };
+    // The last block: nothing to issue.
+    auto wait_last = [&]() {
+        wgmma_wait<0>();
+        // Every thread has read block b - 1's counts (its cut decisions) before any admits
+        // block b's candidates into them: without this barrier a late thread could see a
+        // count the last block already raised and enter a cut alone.
+        __syncthreads();
     };
 
 #pragma unroll
@@ -538,10 +544,33 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         fence_proxy_async();
         issue(acc0, 0);
     }
-    for (int b = 0; b < blocks; b += 2) {
-        step(acc0, acc1, b);
-        if (b + 1 < blocks) step(acc1, acc0, b + 1);
+    int b = 0;
+    for (; b + 2 < blocks; b += 2) {
+        issue_next(acc1, b);
+        fence_regs(acc0);
+        consume(acc0, b);
+        issue_next(acc0, b + 1);
+        fence_regs(acc1);
+        consume(acc1, b + 1);
+        // Block b + 2's product (issued before block b + 1 was consumed) is done by now; no
+        // wgmma may be in flight across the back-edge, or ptxas serialises every wgmma.
+        wgmma_wait<0>();
     }
+    if (b + 1 < blocks) {  // two blocks left
+        issue_next(acc1, b);
+        fence_regs(acc0);
+        consume(acc0, b);
+        wait_last();
+        fence_regs(acc1);
+        consume(acc1, b + 1);
+    } else if (b < blocks) {  // one block left
+        wait_last();
+        fence_regs(acc0);
+        consume(acc0, b);
+    }
+    // Nothing is in flight here on any real path; ptxas cannot see that (the branches above
+    // test different values) and would otherwise serialise every wgmma of the kernel.
+    wgmma_wait<0>();
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 
