@@ -6,7 +6,7 @@
 // ascending, then -1; scores order as the indexer's (order_key: -0 below +0, NaN as -inf), ties
 // go to the lower column.
 //
-// Design. A cluster of CLUSTER CTAs (1024 threads each; 8 for a few rows, down to 1 for batches
+// Design. A cluster of CLUSTER CTAs (1024 threads each; 16 for a few rows, down to 1 for batches
 // that fill the GPU, the host's choice) takes a row; CTA c of the cluster owns the c-th
 // contiguous slice of the row's candidates. The slice is read from global memory once, every
 // thread with kLoads loads in flight, and kept in shared memory as order keys when the launch
@@ -118,7 +118,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(topk::kThreads
     topk_kernel(const __grid_constant__ TopkParams p) {
     using namespace topk;
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4 || CLUSTER == 8, "a portable cluster");
+    static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 4 || CLUSTER == 8 || CLUSTER == 16,
+                  "a cluster of 1, 2, 4, 8 or 16 CTAs (16 is non-portable: the host allows it)");
     extern __shared__ u32 cache[];    // [slice]: the slice's order keys, when they fit
     __shared__ int hist[kBins];       // this CTA's counts of a digit (clusters of 2 or more)
     __shared__ int total[2][kBins];   // the cluster's counts: a pass's, and the next one's zeroed

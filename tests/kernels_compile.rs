@@ -79,6 +79,7 @@ fn lightning_indexer() {
 #[test]
 fn topk() {
     // The widths the tests and the benchmark use.
+    compiles::<TopkKernel<2048, 16>>();
     compiles::<TopkKernel<2048, 8>>();
     compiles::<TopkKernel<2048, 4>>();
     compiles::<TopkKernel<2048, 2>>();

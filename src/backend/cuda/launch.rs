@@ -29,6 +29,11 @@ pub trait CudaKernel: 'static {
     const SOURCE: &'static str;
     /// Dynamic shared memory per block, in bytes (raises the kernel's limit when above 48 KiB).
     const DYNAMIC_SMEM_BYTES: u32 = 0;
+    /// Whether the kernel's compile-time cluster (`__cluster_dims__`) has more than the 8 CTAs
+    /// every sm_90 part guarantees: the loader then allows the function a non-portable
+    /// cluster size (`CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`), without which its
+    /// launch fails.
+    const NON_PORTABLE_CLUSTER: bool = false;
     /// The parameter block, field for field the kernel's parameter struct (declared with
     /// [`param_block!`](crate::param_block), so [`check_params`](super::check_params) can
     /// prove the two layouts equal).
@@ -102,6 +107,9 @@ impl std::hash::Hasher for TypeIdHasher {
 
 pub(super) struct LoadedKernel {
     function: CudaFunction,
+    /// The clusters of the kernel the device holds at once, once asked
+    /// ([`Cuda::max_active_clusters`]).
+    max_clusters: Option<u32>,
 }
 
 impl Cuda {
@@ -125,12 +133,67 @@ impl Cuda {
                 K::DYNAMIC_SMEM_BYTES as i32,
             )?;
         }
+        if K::NON_PORTABLE_CLUSTER {
+            function.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+            )?;
+        }
         let raw = function.cu_function();
-        self.loaded
+        self.loaded.lock().expect("kernel table lock").insert(
+            id,
+            LoadedKernel {
+                function,
+                max_clusters: None,
+            },
+        );
+        Ok(raw)
+    }
+
+    /// How many clusters of kernel `K` (its compile-time cluster, blocks of `block` threads
+    /// with [`CudaKernel::DYNAMIC_SMEM_BYTES`] of dynamic shared memory) the device holds at
+    /// once (`cuOccupancyMaxActiveClusters`), asked once per backend and kernel: a cluster
+    /// larger than 8 CTAs needs that many SMs of one GPC, and how many GPCs have them differs
+    /// between parts.
+    pub(crate) fn max_active_clusters<K: CudaKernel>(
+        &self,
+        cluster: u32,
+        block: u32,
+    ) -> Result<u32> {
+        let function = self.function::<K>()?;
+        let id = TypeId::of::<K>();
+        if let Some(n) = self
+            .loaded
             .lock()
             .expect("kernel table lock")
-            .insert(id, LoadedKernel { function });
-        Ok(raw)
+            .get(&id)
+            .and_then(|k| k.max_clusters)
+        {
+            return Ok(n);
+        }
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: K::DYNAMIC_SMEM_BYTES,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        let mut n: std::ffi::c_int = 0;
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `function` is a loaded function of this context, `config` a complete
+        // configuration without attributes (the kernel's compile-time cluster applies) and `n`
+        // a valid output.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, function, &config) }.result()?;
+        let n = u32::try_from(n).unwrap_or(0);
+        if let Some(k) = self.loaded.lock().expect("kernel table lock").get_mut(&id) {
+            k.max_clusters = Some(n);
+        }
+        Ok(n)
     }
 
     /// Queues kernel `K` on the backend's stream with `params` passed by value.

@@ -21,8 +21,13 @@ const CACHED_KEYS: usize = 32 * 1024;
 pub const MAX_CLUSTERS: usize = 1 << 16;
 
 /// CTAs a row: 8 (a cluster) while the rows leave SMs idle, halved until `rows × cluster`
-/// CTAs fit one wave at one CTA an SM, down to one CTA a row for batches that fill the GPU.
-fn cluster_size(rows: usize, sm_count: usize) -> usize {
+/// CTAs fit one wave at one CTA an SM, down to one CTA a row for batches that fill the GPU;
+/// 16 (a non-portable cluster) while the device holds all `rows` such clusters at once
+/// (`clusters_of_16`: on an H100, a GPC holds one, and not every GPC has 16 SMs).
+fn cluster_size(rows: usize, sm_count: usize, clusters_of_16: usize) -> usize {
+    if rows <= clusters_of_16 && rows * 16 <= sm_count {
+        return 16;
+    }
     [8, 4, 2]
         .into_iter()
         .find(|&c| rows * c <= sm_count)
@@ -53,12 +58,13 @@ crate::param_block! {
     }
 }
 
-/// `topk_kernel<TOPK, CLUSTER>`: a row to a cluster of `CLUSTER` CTAs (1, 2, 4 or 8).
+/// `topk_kernel<TOPK, CLUSTER>`: a row to a cluster of `CLUSTER` CTAs (1, 2, 4, 8 or 16).
 pub struct TopkKernel<const TOPK: usize, const CLUSTER: usize>(PhantomData<Dim<TOPK>>);
 
 impl<const TOPK: usize, const CLUSTER: usize> CudaKernel for TopkKernel<TOPK, CLUSTER> {
     const SOURCE: &'static str = include_str!("../../../kernels/topk.cu");
     const DYNAMIC_SMEM_BYTES: u32 = (CACHED_KEYS * std::mem::size_of::<u32>()) as u32;
+    const NON_PORTABLE_CLUSTER: bool = CLUSTER > 8;
     type Params = TopkParams;
     fn instantiation() -> String {
         format!("topk_kernel<{TOPK}, {CLUSTER}>")
@@ -113,7 +119,13 @@ impl TopkEntry for Cuda {
         // SAFETY: `scores` holds rows × width values, `starts` and `ends` rows values and
         // `indices` rows × TOPK (tied by `TopK::run`), all admitted into `params`.
         unsafe {
-            match cluster_size(rows, self.sm_count() as usize) {
+            let clusters_of_16 = if rows * 16 <= self.sm_count() as usize {
+                self.max_active_clusters::<TopkKernel<TOPK, 16>>(16, THREADS)? as usize
+            } else {
+                0
+            };
+            match cluster_size(rows, self.sm_count() as usize, clusters_of_16) {
+                16 => launch::<TOPK, 16>(&args, &params, rows, width),
                 8 => launch::<TOPK, 8>(&args, &params, rows, width),
                 4 => launch::<TOPK, 4>(&args, &params, rows, width),
                 2 => launch::<TOPK, 2>(&args, &params, rows, width),
@@ -134,5 +146,24 @@ impl<const TOPK: usize> TopK<TOPK> {
         indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()> {
         graph.record(|cuda: &B| self.run(cuda, scores, indices))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_size;
+
+    #[test]
+    fn clusters_of_16_only_while_the_device_holds_them_all() {
+        // 132 SMs, 7 clusters of 16 at once (an H100 SXM's answer may differ).
+        assert_eq!(cluster_size(1, 132, 7), 16);
+        assert_eq!(cluster_size(7, 132, 7), 16);
+        assert_eq!(cluster_size(8, 132, 7), 8);
+        assert_eq!(cluster_size(8, 132, 8), 16); // 8 × 16 = 128 <= 132
+        assert_eq!(cluster_size(9, 132, 9), 8); // 9 × 16 > 132
+        assert_eq!(cluster_size(1, 132, 0), 8); // no cluster of 16 fits
+        assert_eq!(cluster_size(20, 132, 7), 4);
+        assert_eq!(cluster_size(40, 132, 7), 2);
+        assert_eq!(cluster_size(100, 132, 7), 1);
     }
 }
