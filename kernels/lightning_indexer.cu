@@ -97,6 +97,15 @@ __host__ __device__ constexpr int smem_bytes(int heads, int topk) {
            kTokens * cap_for(topk) * 8 + 64;
 }
 
+// The warpgroup that runs a collective step (a count, a cut, a sort): its named barrier and
+// this thread's index in it. The paged CTA is one warpgroup on barrier 0; the prefill CTA's
+// two consumer warpgroups use barriers 1 and 2.
+struct Group {
+    int bar;  // named barrier of the warpgroup's 128 threads
+    int tid;  // 0 .. 127
+    __device__ void sync() const { named_barrier_sync(bar, kThreads); }
+};
+
 // acc[64 x 128 f32] (+)= A[64 x 32 e4m3, smem] * B[128 x 32 e4m3, smem]^T
 __device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 desc_b, u32 accumulate) {
     asm volatile(
@@ -120,7 +129,7 @@ __device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 des
 
 // Count over the CTA (WARPS warps) of the threads' `c`, one barrier (two scratch slots of WARPS
 // alternate).
-template <int WARPS = 4>
+template <int WARPS>
 __device__ __forceinline__ int block_sum(int c, int* red, int& parity) {
     const int warp = threadIdx.x >> 5;
     c = __reduce_add_sync(0xffffffffu, c);
@@ -134,46 +143,61 @@ __device__ __forceinline__ int block_sum(int c, int* red, int& parity) {
     return sum;
 }
 
-// The `rank`-th largest (1-based) of the values v[e] where live[e], over the CTA: the largest x
-// with at least `rank` live values >= x (bit descent, 32 counts).
+// The same over a warpgroup, on its barrier.
+__device__ __forceinline__ int block_sum(int c, int* red, int& parity, const Group& grp) {
+    constexpr int WARPS = kThreads / 32;
+    const int warp = grp.tid >> 5;
+    c = __reduce_add_sync(0xffffffffu, c);
+    int* slot = red + parity * WARPS;
+    if ((grp.tid & 31) == 0) slot[warp] = c;
+    parity ^= 1;
+    grp.sync();
+    int sum = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += slot[w];
+    return sum;
+}
+
+// The `rank`-th largest (1-based) of the values v[e] where live[e], over the warpgroup: the
+// largest x with at least `rank` live values >= x (bit descent, 32 counts).
 template <int E>
 __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)[E], int rank,
-                                           int* red, int& parity) {
+                                           int* red, int& parity, const Group& grp) {
     u32 prefix = 0;
     for (int bit = 31; bit >= 0; --bit) {
         const u32 cand = prefix | (1u << bit);
         int c = 0;
 #pragma unroll
         for (int e = 0; e < E; ++e) c += (live[e] && v[e] >= cand) ? 1 : 0;
-        if (block_sum(c, red, parity) >= rank) prefix = cand;
+        if (block_sum(c, red, parity, grp) >= rank) prefix = cand;
     }
     return prefix;
 }
 
 // Cuts a token's candidates (n of them, n > TOPK) to exactly its TOPK best, in place, and
-// returns the threshold key (the TOPK-th best). Every thread of the CTA calls it.
+// returns the threshold key (the TOPK-th best). Every thread of the warpgroup calls it.
 template <int CAP, int TOPK>
-__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
+__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp) {
     constexpr int E = (CAP + kThreads - 1) / kThreads;
     u32 k[E];
     i32 p[E];
     bool live[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        const int i = threadIdx.x + e * kThreads;
+        const int i = grp.tid + e * kThreads;
         live[e] = i < n;
         k[e] = live[e] ? keys[i] : 0u;
         p[e] = live[e] ? pos[i] : 0;
     }
-    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity);
+    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity, grp);
     int gt = 0, eq = 0;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         gt += (live[e] && k[e] > tau) ? 1 : 0;
         eq += (live[e] && k[e] == tau) ? 1 : 0;
     }
-    gt = block_sum(gt, red, parity);
-    eq = block_sum(eq, red, parity);
+    gt = block_sum(gt, red, parity, grp);
+    eq = block_sum(eq, red, parity, grp);
     const int need = TOPK - gt;  // ties at tau to keep: the lowest positions
     u32 tie_cut = 0;             // keep a tie when ~position >= tie_cut
     if (eq > need) {
@@ -184,7 +208,7 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
             inv[e] = ~(u32)p[e];
             tie[e] = live[e] && k[e] == tau;
         }
-        tie_cut = kth_largest<E>(inv, tie, need, red, parity);
+        tie_cut = kth_largest<E>(inv, tie, need, red, parity, grp);
     }
     // Ordered compaction: a thread's kept entries go after those of the lower threads.
     bool keep[E];
@@ -194,7 +218,7 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
         keep[e] = live[e] && (k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
         mine += keep[e] ? 1 : 0;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = grp.tid & 31, warp = grp.tid >> 5;
     int incl = mine;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -204,7 +228,7 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
     int* slot = red + parity * 4;
     parity ^= 1;
     if (lane == 31) slot[warp] = incl;
-    __syncthreads();  // also: every thread has read its entries before any is overwritten
+    grp.sync();  // also: every thread has read its entries before any is overwritten
     int base = incl - mine;
     for (int w = 0; w < warp; ++w) base += slot[w];
 #pragma unroll
@@ -215,16 +239,17 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity) {
             ++base;
         }
     }
-    __syncthreads();
+    grp.sync();
     return tau;
 }
 
-// Sorts pos[0 .. P) ascending (P a power of two), by the CTA of THREADS threads (bitonic).
-template <int P, int THREADS = kThreads>
-__device__ void sort_positions(i32* pos) {
+// Sorts pos[0 .. P) ascending (P a power of two), by the THREADS threads that call it (`tid`
+// this one's index among them; `sync` their barrier), bitonic.
+template <int P, int THREADS, class Sync>
+__device__ void sort_positions(i32* pos, int tid, Sync sync) {
     for (int k = 2; k <= P; k <<= 1) {
         for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = threadIdx.x; i < P; i += THREADS) {
+            for (int i = tid; i < P; i += THREADS) {
                 const int partner = i ^ j;
                 if (partner > i) {
                     const i32 a = pos[i], b = pos[partner];
@@ -235,7 +260,7 @@ __device__ void sort_positions(i32* pos) {
                     }
                 }
             }
-            __syncthreads();
+            sync();
         }
     }
 }
@@ -251,31 +276,6 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 // Where a CTA's query tokens and their keys are. Both sources give the CTA's kTokens query rows
 // (row(g), -1 for none) and their valid position ranges, and, for a 64-position block starting
 // at `first` (a multiple of 64 in the paged source), where its 64 key rows and scales lie.
-
-// The prefill: keys [s_kv, 128] and scales [s_kv] in rows; a CTA takes tokens t0, t0 + 1
-// (heavier, later causal pairs first) and the union of their ranges.
-struct ContiguousKeys {
-    const IndexerParams& p;
-    int t0;
-    __device__ ContiguousKeys(const IndexerParams& params, int cta)
-        : p(params), t0(((int)gridDim.x - 1 - cta) * indexer::kTokens) {}
-    __device__ int row(int g) const { return t0 + g < p.tokens ? t0 + g : -1; }
-    __device__ void range(int g, int& a, int& b) const {
-        a = min(max(p.key_start[t0 + g], 0), p.s_kv);
-        b = min(max(p.key_end[t0 + g], a), p.s_kv);
-    }
-    __device__ const u8* base() const { return p.k; }
-    // Block `first`'s keys and scales; whether it holds keys at all.
-    __device__ bool block(int first, const u8*& keys, const float*& scales) const {
-        keys = p.k + (i64)first * indexer::kD;
-        scales = p.k_scale + first;
-        return true;
-    }
-    __device__ bool present(int) const { return true; }
-    __device__ i32 index_of(int s) const { return s; }
-    template <int TOPK>
-    __device__ bool write_partial(int, const u32*, const i32*, int) const { return false; }
-};
 
 // Decode / MTP verify: a CTA takes tokens j0, j0 + 1 of sequence `seq` (its next_n tokens split
 // over ceil(next_n / 2) CTAs); token j sees positions [0, seq_len - next_n + j + 1), clamped to
@@ -367,6 +367,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
     auto cand_pos = [&](int g) { return (i32*)(cand + g * 2 * CAP + CAP); };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const Group grp{0, tid};  // the CTA is one warpgroup
 
     // Each token's clamped range; the CTA streams their union.
     int row_t[kTokens], lo_t[kTokens], hi_t[kTokens];
@@ -506,7 +507,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         for (int g = 0; g < kTokens; ++g) {
             const int n = count[g];
             if (n > CAP - kBlock) {
-                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
+                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
                 if (tid == 0) {
                     count[g] = TOPK;
                     tau[g] = cut;
@@ -581,7 +582,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         if (t < 0) continue;  // uniform over the CTA
         int n = count[g];
         if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity);
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
             n = TOPK;
         }
         if (keys.template write_partial<TOPK>(t, cand_key(g), cand_pos(g), n)) {
@@ -604,17 +605,321 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         }
         for (int i = tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
         __syncthreads();
-        sort_positions<SORT>(sorted);
+        sort_positions<SORT, kThreads>(sorted, tid, [&] { grp.sync(); });
         i32* out = indices + (i64)t * TOPK;
         for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? keys.index_of(sorted[i]) : -1;
         __syncthreads();
     }
 }
 
+namespace indexer {
+constexpr int kWgs = 2;                            // consumer warpgroups of a prefill CTA
+constexpr int kPrefillTokens = kWgs * kTokens;     // query tokens a prefill CTA takes
+constexpr int kPrefillThreads = (kWgs + 1) * kThreads;  // and a producer warpgroup
+// setmaxnreg: the launch allocates 168 registers a thread (65536 over 384 threads: a producer
+// warp alone would cost as much, each SM sub-partition holding one warp of every warpgroup);
+// the producer warpgroup gives back all but 56 and the consumers take 224.
+constexpr u32 kPrefillConsumerRegs = 224;
+constexpr u32 kPrefillProducerRegs = 56;
+static_assert(kWgs * kThreads * kPrefillConsumerRegs + kThreads * kPrefillProducerRegs <=
+                  kPrefillThreads * 168,
+              "the registers setmaxnreg moves stay within what the launch allocated");
+constexpr int kPrefillStages = 6;                  // key blocks in flight
+
+// Shared memory of a prefill CTA, in bytes: the Q tiles of both warpgroups, the key ring, the
+// head weights, a candidate buffer a token, the ring's full and empty barriers, counters and
+// scratch. Mirrored by `prefill_indexer_smem_bytes` in src/ops/indexer/cuda.rs.
+__host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
+    return kPrefillTokens * heads * kD + kPrefillStages * kStageBytes + kPrefillTokens * heads * 4 +
+           kPrefillTokens * cap_for(topk) * 8 + 2 * kPrefillStages * 8 + 128;
+}
+}  // namespace indexer
+
+// The prefill: keys [s_kv, 128] and scales [s_kv] in rows. A CTA takes query tokens t0 .. t0 + 3
+// (the heavier, later causal ones first) and streams the union of their ranges once: the first
+// warp of a producer warpgroup copies each 64-key block and its scales into a ring of six stages (cp.async, completing
+// on the stage's full barrier), and two consumer warpgroups, each with two of the tokens (its
+// own Q tile, candidates and counters), run the body's product, sums, admissions and cuts on
+// every block, then release the stage. A warpgroup agrees on a cut with one barrier a block
+// (`bar.red.or` of "my admission could overflow"), and its collective steps use its own named
+// barrier, so neither waits for the other.
 template <int H_IDX, int TOPK>
-__global__ void __launch_bounds__(indexer::kThreads, 2)
+__global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
-    indexer_body<H_IDX, TOPK>(ContiguousKeys(p, blockIdx.x), p.q, p.weights, p.indices);
+    using namespace indexer;
+    constexpr int N = kTokens * H_IDX;  // a warpgroup's wgmma N: the head rows of its tokens
+    constexpr int CAP = cap_for(TOPK);
+    constexpr int SORT = pow2_at_least(TOPK);
+    constexpr int S = kPrefillStages;
+    static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
+    static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
+    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
+    static_assert(CAP - kBlock >= TOPK, "a cut leaves room for a block");
+
+    extern __shared__ __align__(1024) u8 smem[];
+    u8* sq = smem;                                             // [kWgs][N rows, 128] canonical
+    u8* sk = sq + kWgs * N * kD;                               // [S][64 rows, 128 | 64 scales]
+    float* sw = (float*)(sk + S * kStageBytes);                // [kPrefillTokens, H_IDX]
+    u32* cand = (u32*)(sw + kWgs * N);                         // [kPrefillTokens][CAP | CAP]
+    u64* bars = (u64*)(cand + kPrefillTokens * 2 * CAP);       // full [S], empty [S]
+    int* count = (int*)(bars + 2 * S);                         // [kPrefillTokens]
+    u32* tau = (u32*)(count + kPrefillTokens);                 // [kPrefillTokens]
+    int* red_all = (int*)(tau + kPrefillTokens);               // [kWgs][2][4] scratch
+    static_assert(prefill_smem_bytes(H_IDX, TOPK) >=
+                      kWgs * N * kD + S * kStageBytes + kWgs * N * 4 + kPrefillTokens * CAP * 8 +
+                          2 * S * 8 + (2 * kPrefillTokens + kWgs * 8) * 4,
+                  "shared-memory formula covers the layout");
+    auto full_bar = [&](int s) { return smem_addr(bars + s); };
+    auto empty_bar = [&](int s) { return smem_addr(bars + S + s); };
+
+    const int tid = threadIdx.x;
+    const int wg = tid / kThreads;  // 0, 1: consumers; 2: the producer (its first warp copies)
+    const int t0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * kPrefillTokens;
+
+    // The CTA's key rows: the union of its tokens' clamped ranges (every thread computes it).
+    int lo = 0x7fffffff, hi = 0;
+#pragma unroll
+    for (int g = 0; g < kPrefillTokens; ++g) {
+        if (t0 + g < p.tokens) {
+            const int a = min(max(p.key_start[t0 + g], 0), p.s_kv);
+            const int b = min(max(p.key_end[t0 + g], a), p.s_kv);
+            if (b > a) {
+                lo = min(lo, a);
+                hi = max(hi, b);
+            }
+        }
+    }
+    const int blocks = hi > lo ? (hi - lo + kBlock - 1) / kBlock : 0;
+
+    if (tid == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(full_bar(s), 32);                // the producer's lanes
+            mbar_init(empty_bar(s), kWgs * kThreads);  // every consumer thread
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();  // the last CTA-wide barrier: the roles part here
+
+    if (wg == kWgs) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kPrefillProducerRegs));
+        if (tid >= kWgs * kThreads + 32) return;
+        // Producer warp: block b's 64 key rows (16-byte copies into the canonical layout) and
+        // scales into stage b % S once the consumers released its last use. Rows past the
+        // union are zero-filled without a read.
+        const int lane = tid & 31;
+        for (int b = 0; b < blocks; ++b) {
+            const int st = b % S;
+            if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
+            const int first = lo + b * kBlock;
+            const u32 dst = smem_addr(sk + st * kStageBytes);
+            const u8* kb = p.k + (i64)first * kD;
+#pragma unroll
+            for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
+                const int e = lane + 32 * i;
+                const int r = e / (kD / 16), c = e % (kD / 16);
+                const bool valid = first + r < hi;
+                cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16,
+                            valid ? (const void*)(kb + r * kD + c * 16) : (const void*)p.k,
+                            valid ? 16u : 0u);
+            }
+#pragma unroll
+            for (int i = 0; i < kBlock / 32; ++i) {
+                const int r = lane + 32 * i;
+                const bool valid = first + r < hi;
+                const void* src = valid ? (const void*)(p.k_scale + first + r) : (const void*)p.k_scale;
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + kBlockBytes + r * 4),
+                             "l"(src), "r"(valid ? 4u : 0u)
+                             : "memory");
+            }
+            mbar_arrive_cp_async(full_bar(st));
+        }
+        return;
+    }
+
+    // Consumer warpgroup `wg`: tokens t0 + 2 wg + g (g = 0, 1).
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kPrefillConsumerRegs));
+    const Group grp{1 + wg, tid - wg * kThreads};
+    const int gt = grp.tid, warp = gt >> 5, lane = gt & 31;
+    u8* my_q = sq + wg * N * kD;
+    float* my_w = sw + wg * N;
+    u32* my_cand = cand + wg * kTokens * 2 * CAP;
+    int* my_count = count + wg * kTokens;
+    u32* my_tau = tau + wg * kTokens;
+    int* red = red_all + wg * 8;
+    auto cand_key = [&](int g) { return my_cand + g * 2 * CAP; };
+    auto cand_pos = [&](int g) { return (i32*)(my_cand + g * 2 * CAP + CAP); };
+    static_assert(kTokens == 2, "row_of selects between two tokens");
+    const int row0 = t0 + 2 * wg < p.tokens ? t0 + 2 * wg : -1;
+    const int row1 = t0 + 2 * wg + 1 < p.tokens ? t0 + 2 * wg + 1 : -1;
+    auto row_of = [&](int g) { return g == 0 ? row0 : row1; };
+
+    // Q rows r = g * H_IDX + h into the canonical layout (a missing token's rows are zeros),
+    // the head weights, the counters.
+    for (int e = gt; e < N * (kD / 16); e += kThreads) {
+        const int r = e / (kD / 16), c = e % (kD / 16);
+        const int t = row_of(r / H_IDX);
+        const bool valid = t >= 0;
+        const u8* src = p.q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
+        cp_async_16(smem_addr(my_q) + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
+    }
+    for (int e = gt; e < N; e += kThreads) {
+        const int t = row_of(e / H_IDX);
+        my_w[e] = t >= 0 ? p.weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
+    }
+    if (gt < kTokens) {
+        my_count[gt] = 0;
+        my_tau[gt] = 0u;  // below every order key: admit everything until the first cut
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    grp.sync();  // the Q tile, weights and counters are in place for the whole warpgroup
+    fence_proxy_async();
+
+    // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
+    const int quad = lane & 3;
+    const int my_g = quad >> 1, my_half = quad & 1;
+    int my_lo = 0, my_hi = 0;
+    if (row_of(my_g) >= 0) {
+        const int t = row_of(my_g);
+        my_lo = min(max(p.key_start[t], 0), p.s_kv);
+        my_hi = min(max(p.key_end[t], my_lo), p.s_kv);
+    }
+    int parity = 0;
+
+    constexpr int kAcc = N / 2;
+    // Block b's product into acc, once its stage is full (asynchronous: the caller waits).
+    auto issue = [&](float (&acc)[kAcc], int b) {
+        const int st = b % S;
+        mbar_wait(full_bar(st), (u32)(b / S) & 1u);
+        fence_proxy_async();  // the producer's copies, seen by the tensor cores
+        const u32 stage = smem_addr(sk + st * kStageBytes);
+        fence_regs(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 32; ++ks) {
+            const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+            const u64 db = make_smem_desc(smem_addr(my_q) + ks * 256, 128, 1024);
+            if constexpr (kAcc == 64) {
+                wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
+            } else {
+                wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
+            }
+        }
+        wgmma_commit();
+    };
+    // Block b's head sums from acc (its product is complete), its admissions, the stage's
+    // release, and the cuts the admissions call for.
+    auto consume = [&](float (&acc)[kAcc], int b) {
+        fence_regs(acc);
+        float part[kTokens][2];
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) part[g][0] = part[g][1] = 0.f;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+            const int g = (8 * j) / H_IDX;
+            const float2 w = *(const float2*)(my_w + 8 * j + 2 * quad);
+            part[g][0] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
+            part[g][1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
+        }
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 1);
+                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 2);
+            }
+        }
+        const float mine = quad == 0 ? part[0][0] : quad == 1 ? part[0][1] : quad == 2 ? part[1][0] : part[1][1];
+        const int row = warp * 16 + (lane >> 2) + 8 * my_half;
+        const int s = lo + b * kBlock + row;
+        bool full = false;  // this admission leaves the token's buffer without room for a block
+        const float scale = *(const float*)(sk + (b % S) * kStageBytes + kBlockBytes + row * 4);
+        mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
+        if (s >= my_lo && s < my_hi) {
+            const u32 key = order_key(mine * scale);
+            if (key > my_tau[my_g]) {
+                const int at = atomicAdd(my_count + my_g, 1);
+                cand_key(my_g)[at] = key;
+                cand_pos(my_g)[at] = s;
+                full = at + 1 > CAP - kBlock;
+            }
+        }
+        // One barrier a block: the warpgroup learns whether any buffer needs a cut. Then (rare)
+        // every thread reads the same counts, and the cuts end in a barrier before the next
+        // block's admissions.
+        if (named_barrier_any(grp.bar, kThreads, full)) {
+#pragma unroll
+            for (int g = 0; g < kTokens; ++g) {
+                const int n = my_count[g];
+                if (n > CAP - kBlock) {
+                    const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
+                    if (gt == 0) {
+                        my_count[g] = TOPK;
+                        my_tau[g] = cut;
+                    }
+                    grp.sync();
+                }
+            }
+        }
+    };
+
+    // The product of block b + 1 runs under block b's sums (two accumulator sets); no wgmma is in
+    // flight across the loop's back-edge (ptxas would serialise every wgmma), so the loop waits
+    // for everything at the end of each pair, when the product is long done.
+    float acc0[kAcc], acc1[kAcc];
+    if (blocks > 0) issue(acc0, 0);
+    int b = 0;
+    for (; b + 2 < blocks; b += 2) {
+        issue(acc1, b + 1);
+        wgmma_wait<1>();
+        consume(acc0, b);
+        issue(acc0, b + 2);
+        wgmma_wait<1>();
+        consume(acc1, b + 1);
+        wgmma_wait<0>();
+    }
+    if (b + 1 < blocks) {  // two blocks left
+        issue(acc1, b + 1);
+        wgmma_wait<1>();
+        consume(acc0, b);
+        wgmma_wait<0>();
+        consume(acc1, b + 1);
+    } else if (b < blocks) {  // one block left
+        wgmma_wait<0>();
+        consume(acc0, b);
+    }
+    wgmma_wait<0>();
+
+    // The final cut, the sort (in the token's whole buffer) and the row.
+#pragma unroll
+    for (int g = 0; g < kTokens; ++g) {
+        const int t = row_of(g);
+        if (t < 0) continue;  // uniform over the warpgroup
+        int n = my_count[g];
+        if (n > TOPK) {
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
+            n = TOPK;
+        }
+        i32* sorted = (i32*)cand_key(g);  // the keys are done with: SORT <= 2 * CAP slots
+        const i32* pos = cand_pos(g);
+        i32 mine[(CAP + kThreads - 1) / kThreads];
+#pragma unroll
+        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
+            const int i = gt + e * kThreads;
+            mine[e] = i < n ? pos[i] : 0x7fffffff;
+        }
+        grp.sync();  // every position read before the keys' slots are overwritten
+#pragma unroll
+        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
+            const int i = gt + e * kThreads;
+            if (i < SORT) sorted[i] = mine[e];
+        }
+        for (int i = gt + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
+        grp.sync();
+        sort_positions<SORT, kThreads>(sorted, gt, [&] { grp.sync(); });
+        i32* out = p.indices + (i64)t * TOPK;
+        for (int i = gt; i < TOPK; i += kThreads) out[i] = i < n ? sorted[i] : -1;
+        grp.sync();
+    }
 }
 
 template <int H_IDX, int TOPK>
@@ -765,7 +1070,7 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     }
     for (int i = kept + threadIdx.x; i < SORT; i += T) sorted[i] = 0x7fffffff;
     __syncthreads();
-    sort_positions<SORT, T>(sorted);
+    sort_positions<SORT, T>(sorted, (int)threadIdx.x, [] { __syncthreads(); });
     const int seq = row / p.next_n;
     i32* out = p.indices + (i64)row * TOPK;
     for (int i = threadIdx.x; i < TOPK; i += T) {

@@ -16,10 +16,18 @@ use crate::layout::IndexKeyCache;
 use crate::rules::IndexCachePage;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
-/// Threads per CTA: one warpgroup (`indexer::kThreads`).
+/// Threads per CTA of the paged kernel: one warpgroup (`indexer::kThreads`).
 const THREADS: u32 = 128;
-/// Query tokens a CTA takes (`indexer::kTokens`).
+/// Query tokens a CTA of the paged kernel takes (`indexer::kTokens`).
 const TOKENS_PER_CTA: usize = 2;
+/// Threads per CTA of the prefill kernel: two consumer warpgroups and a producer warpgroup
+/// (`indexer::kPrefillThreads`).
+const PREFILL_THREADS: u32 = 3 * 128;
+/// Query tokens a CTA of the prefill kernel takes, two a consumer warpgroup
+/// (`indexer::kPrefillTokens`).
+const PREFILL_TOKENS_PER_CTA: usize = 4;
+/// Key blocks in flight in the prefill kernel's ring (`indexer::kPrefillStages`).
+const PREFILL_STAGES: usize = 6;
 
 crate::param_block! {
     /// The kernel's parameter block (`struct IndexerParams`), field for field.
@@ -123,7 +131,21 @@ pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
         + 64) as u32
 }
 
-/// `lightning_indexer_kernel<H_IDX, TOPK>`: logits and top-k fused, two query tokens a CTA.
+/// Dynamic shared memory of one prefill CTA, `4·heads·128 + 6·(8192 + 256) + 16·heads +
+/// 32·cap + 96 + 128` bytes with `cap = indexer_candidates(topk)`
+/// (`indexer::prefill_smem_bytes`, which the kernel asserts against its layout): the Q rows of
+/// its four tokens, a ring of six 64-key blocks with their scales, the head weights, a buffer
+/// of `cap` (key, position) pairs a token, the ring's barriers, the counters and scratch.
+pub const fn prefill_indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
+    (PREFILL_TOKENS_PER_CTA * heads * 128
+        + PREFILL_STAGES * (64 * 128 + 64 * 4)
+        + PREFILL_TOKENS_PER_CTA * heads * 4
+        + PREFILL_TOKENS_PER_CTA * indexer_candidates(topk) * 8
+        + 2 * PREFILL_STAGES * 8
+        + 128) as u32
+}
+
+/// `lightning_indexer_kernel<H_IDX, TOPK>`: logits and top-k fused, four query tokens a CTA.
 pub struct LightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
@@ -134,7 +156,7 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
         "\n",
         include_str!("../../../kernels/lightning_indexer.cu")
     );
-    const DYNAMIC_SMEM_BYTES: u32 = indexer_smem_bytes(H_IDX, TOPK);
+    const DYNAMIC_SMEM_BYTES: u32 = prefill_indexer_smem_bytes(H_IDX, TOPK);
     type Params = IndexerParams;
     fn instantiation() -> String {
         format!("lightning_indexer_kernel<{H_IDX}, {TOPK}>")
@@ -202,9 +224,9 @@ impl IndexerEntry for Cuda {
             s_kv: s_kv as i32,
         };
         let shape = LaunchShape {
-            grid: (tokens.div_ceil(TOKENS_PER_CTA) as u32, 1, 1),
-            block: (THREADS, 1, 1),
-            smem_bytes: indexer_smem_bytes(H_IDX, TOPK),
+            grid: (tokens.div_ceil(PREFILL_TOKENS_PER_CTA) as u32, 1, 1),
+            block: (PREFILL_THREADS, 1, 1),
+            smem_bytes: prefill_indexer_smem_bytes(H_IDX, TOPK),
         };
         // SAFETY: q holds tokens × H_IDX × 128 bytes, weights tokens × H_IDX, the ranges tokens,
         // k s_kv × 128 bytes, k_scale s_kv and indices tokens × TOPK (tied by the checked
