@@ -654,7 +654,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
     static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
-    static_assert(CAP - kBlock >= TOPK, "a cut leaves room for a block");
+    static_assert(CAP - 2 * kBlock >= TOPK, "a cut leaves room for two blocks");
 
     extern __shared__ __align__(1024) u8 smem[];
     u8* sq = smem;                                             // [kWgs][N rows, 128] canonical
@@ -713,10 +713,12 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             const int first = lo + b * kBlock;
             const u32 dst = smem_addr(sk + st * kStageBytes);
             const u8* kb = p.k + (i64)first * kD;
+            // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the
+            // eight rows of one 16-channel column, 128 contiguous bytes of the canonical layout
+            // (no bank conflict), and read 16 bytes of each row (a copy reads 16 whole sectors).
 #pragma unroll
             for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
-                const int e = lane + 32 * i;
-                const int r = e / (kD / 16), c = e % (kD / 16);
+                const int r = 8 * (i >> 1) + (lane & 7), c = (lane >> 3) + 4 * (i & 1);
                 const bool valid = first + r < hi;
                 cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16,
                             valid ? (const void*)(kb + r * kD + c * 16) : (const void*)p.k,
@@ -806,51 +808,62 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         }
         wgmma_commit();
     };
-    // Block b's head sums from acc (its product is complete), its admissions, the stage's
-    // release, and the cuts the admissions call for.
-    auto consume = [&](float (&acc)[kAcc], int b) {
+    // The tokens' thresholds, in registers: they change only in a cut, after which every thread
+    // reads them again.
+    u32 tau_reg[kTokens] = {0u, 0u};
+    // Whether an admission since the last vote left a buffer without room for two blocks.
+    bool pending_full = false;
+    // Block b's head sums from acc (its product is complete), its admissions and the stage's
+    // release; with `vote` (every second block, and the last), the warpgroup's vote on a cut and
+    // the cuts it calls for. A vote leaves room for two blocks: CAP - 2 * kBlock >= TOPK.
+    auto consume = [&](float (&acc)[kAcc], int b, bool vote) {
         fence_regs(acc);
-        float part[kTokens][2];
+        // Two independent partial sums a (token, row), over alternate column groups: half the
+        // dependent chain.
+        float part[kTokens][2][2];
 #pragma unroll
-        for (int g = 0; g < kTokens; ++g) part[g][0] = part[g][1] = 0.f;
+        for (int g = 0; g < kTokens; ++g) part[g][0][0] = part[g][0][1] = part[g][1][0] = part[g][1][1] = 0.f;
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
             const float2 w = *(const float2*)(my_w + 8 * j + 2 * quad);
-            part[g][0] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
-            part[g][1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
+            part[g][0][j & 1] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
+            part[g][1][j & 1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
         }
+        float sum[kTokens][2];
 #pragma unroll
         for (int g = 0; g < kTokens; ++g) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 1);
-                part[g][h] += __shfl_xor_sync(0xffffffffu, part[g][h], 2);
+                sum[g][h] = part[g][h][0] + part[g][h][1];
+                sum[g][h] += __shfl_xor_sync(0xffffffffu, sum[g][h], 1);
+                sum[g][h] += __shfl_xor_sync(0xffffffffu, sum[g][h], 2);
             }
         }
-        const float mine = quad == 0 ? part[0][0] : quad == 1 ? part[0][1] : quad == 2 ? part[1][0] : part[1][1];
+        const float mine = quad == 0 ? sum[0][0] : quad == 1 ? sum[0][1] : quad == 2 ? sum[1][0] : sum[1][1];
         const int row = warp * 16 + (lane >> 2) + 8 * my_half;
         const int s = lo + b * kBlock + row;
-        bool full = false;  // this admission leaves the token's buffer without room for a block
         const float scale = *(const float*)(sk + (b % S) * kStageBytes + kBlockBytes + row * 4);
         mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
         if (s >= my_lo && s < my_hi) {
             const u32 key = order_key(mine * scale);
-            if (key > my_tau[my_g]) {
+            if (key > (my_g ? tau_reg[1] : tau_reg[0])) {
                 const int at = atomicAdd(my_count + my_g, 1);
                 cand_key(my_g)[at] = key;
                 cand_pos(my_g)[at] = s;
-                full = at + 1 > CAP - kBlock;
+                pending_full = pending_full || at + 1 > CAP - 2 * kBlock;
             }
         }
-        // One barrier a block: the warpgroup learns whether any buffer needs a cut. Then (rare)
-        // every thread reads the same counts, and the cuts end in a barrier before the next
-        // block's admissions.
-        if (named_barrier_any(grp.bar, kThreads, full)) {
+        if (!vote) return;
+        // The vote: one barrier every second block. Then (rare) every thread reads the same
+        // counts, and the cuts end in a barrier before the next block's admissions.
+        const bool cut_any = named_barrier_any(grp.bar, kThreads, pending_full);
+        pending_full = false;
+        if (cut_any) {
 #pragma unroll
             for (int g = 0; g < kTokens; ++g) {
                 const int n = my_count[g];
-                if (n > CAP - kBlock) {
+                if (n > CAP - 2 * kBlock) {
                     const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
                     if (gt == 0) {
                         my_count[g] = TOPK;
@@ -859,6 +872,8 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
                     grp.sync();
                 }
             }
+            tau_reg[0] = my_tau[0];
+            tau_reg[1] = my_tau[1];
         }
     };
 
@@ -871,21 +886,21 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     for (; b + 2 < blocks; b += 2) {
         issue(acc1, b + 1);
         wgmma_wait<1>();
-        consume(acc0, b);
+        consume(acc0, b, false);
         issue(acc0, b + 2);
         wgmma_wait<1>();
-        consume(acc1, b + 1);
+        consume(acc1, b + 1, true);
         wgmma_wait<0>();
     }
     if (b + 1 < blocks) {  // two blocks left
         issue(acc1, b + 1);
         wgmma_wait<1>();
-        consume(acc0, b);
+        consume(acc0, b, false);
         wgmma_wait<0>();
-        consume(acc1, b + 1);
+        consume(acc1, b + 1, true);
     } else if (b < blocks) {  // one block left
         wgmma_wait<0>();
-        consume(acc0, b);
+        consume(acc0, b, true);
     }
     wgmma_wait<0>();
 
