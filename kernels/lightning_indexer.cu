@@ -420,11 +420,14 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             const float* sb;
             const bool present = keys.block(first, kb, sb);
             // Four 16-byte copies a thread (unrolled: tid < kThreads is not known to the compiler).
-            static_assert(kBlock * (kD / 16) % kThreads == 0, "whole copies a thread");
+            // Warp copy k = 4 i + warp: rows 8 (k / 2) .. + 7, channels 64 (k % 2) .. + 63, eight
+            // lanes to the eight rows of one 16-channel column: 512 contiguous bytes of the
+            // canonical layout a copy (no bank conflict), whole sectors read.
+            static_assert(kBlock * (kD / 16) / kThreads == 4 && kThreads == 128, "four copies a thread");
 #pragma unroll
             for (int i = 0; i < kBlock * (kD / 16) / kThreads; ++i) {
-                const int e = tid + i * kThreads;
-                const int r = e / (kD / 16), c = e % (kD / 16);
+                const int k = 4 * i + warp;
+                const int r = 8 * (k >> 1) + (lane & 7), c = (lane >> 3) + 4 * (k & 1);
                 const bool valid = present && first + r < hi;
                 const u8* src = valid ? kb + r * kD + c * 16 : keys.base();
                 cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
