@@ -204,8 +204,10 @@ impl IndexerScenario {
     /// The exact rows, by a full sort of every token's logits (independent of either backend's
     /// selection): best first by order key then lower position, cut to TOPK, ascending, -1 after.
     pub fn exact_rows(&self, topk: usize) -> Vec<i32> {
-        let mut rows = vec![-1i32; self.tokens * topk];
-        for t in 0..self.tokens {
+        let rows: Vec<std::sync::Mutex<Vec<i32>>> = (0..self.tokens)
+            .map(|_| std::sync::Mutex::new(Vec::new()))
+            .collect();
+        super::par_sum(self.tokens, |t| {
             let mut all: Vec<(u32, usize)> = self
                 .logits(t)
                 .into_iter()
@@ -214,11 +216,16 @@ impl IndexerScenario {
             all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             all.truncate(topk);
             all.sort_by_key(|&(_, s)| s);
+            let mut row = vec![-1i32; topk];
             for (i, &(_, s)) in all.iter().enumerate() {
-                rows[t * topk + i] = s as i32;
+                row[i] = s as i32;
             }
-        }
-        rows
+            *rows[t].lock().unwrap() = row;
+            0
+        });
+        rows.into_iter()
+            .flat_map(|r| r.into_inner().unwrap())
+            .collect()
     }
 }
 
@@ -235,75 +242,73 @@ pub const LOGIT_RTOL: f64 = 1.0 / 4096.0;
 /// of the products' magnitudes, not against the logit). Returns the number of rows whose set
 /// differs from the exact one at all (inside that band).
 pub fn check_rows(what: &str, s: &IndexerScenario, got: &[i32], topk: usize) -> usize {
-    let mut differing = 0;
-    for t in 0..s.tokens {
-        let row = &got[t * topk..(t + 1) * topk];
-        let (lo, hi) = s.range(t);
-        let want_n = topk.min(hi - lo);
-        let n = row.iter().take_while(|&&v| v >= 0).count();
-        assert_eq!(
-            n, want_n,
-            "{what}: token {t} has {n} positions, range {lo}..{hi} holds {want_n} of TOPK {topk}"
-        );
+    super::par_sum(s.tokens, |t| check_row(what, s, got, topk, t))
+}
+
+/// [`check_rows`] for token `t`: 1 when its set differs from the exact one (inside the band).
+fn check_row(what: &str, s: &IndexerScenario, got: &[i32], topk: usize, t: usize) -> usize {
+    let row = &got[t * topk..(t + 1) * topk];
+    let (lo, hi) = s.range(t);
+    let want_n = topk.min(hi - lo);
+    let n = row.iter().take_while(|&&v| v >= 0).count();
+    assert_eq!(
+        n, want_n,
+        "{what}: token {t} has {n} positions, range {lo}..{hi} holds {want_n} of TOPK {topk}"
+    );
+    assert!(
+        row[n..].iter().all(|&v| v == -1),
+        "{what}: token {t}: padding not all -1: {:?}",
+        &row[n..]
+    );
+    for w in row[..n].windows(2) {
         assert!(
-            row[n..].iter().all(|&v| v == -1),
-            "{what}: token {t}: padding not all -1: {:?}",
-            &row[n..]
+            w[0] < w[1],
+            "{what}: token {t}: positions not strictly ascending ({} then {})",
+            w[0],
+            w[1]
         );
-        for w in row[..n].windows(2) {
+    }
+    for &p in &row[..n] {
+        let p = p as usize;
+        assert!(
+            p >= lo && p < hi,
+            "{what}: token {t}: position {p} outside its range {lo}..{hi}"
+        );
+    }
+    let logits = s.logits(t);
+    if logits.len() <= topk {
+        return 0; // every valid position, checked above
+    }
+    let mut order: Vec<(u32, usize, f32, f64)> = logits
+        .iter()
+        .map(|&(s, l, m)| (order_key(l), s, l, m))
+        .collect();
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let kth = order[topk - 1].2 as f64;
+    let mag = order.iter().map(|o| o.3).fold(0.0f64, f64::max);
+    let band = LOGIT_RTOL * mag;
+    let by_pos: std::collections::HashMap<usize, f32> =
+        logits.iter().map(|&(s, l, _)| (s, l)).collect();
+    let chosen: std::collections::HashSet<usize> = row[..n].iter().map(|&p| p as usize).collect();
+    for &p in &chosen {
+        let l = by_pos[&p] as f64;
+        assert!(
+            l >= kth - band,
+            "{what}: token {t}: chose position {p} with logit {l}, below the TOPK-th {kth} by more than {band}"
+        );
+    }
+    for o in &order {
+        if (o.2 as f64) > kth + band {
             assert!(
-                w[0] < w[1],
-                "{what}: token {t}: positions not strictly ascending ({} then {})",
-                w[0],
-                w[1]
+                chosen.contains(&o.1),
+                "{what}: token {t}: left out position {} with logit {}, above the TOPK-th {kth} by more than {band}",
+                o.1,
+                o.2
             );
-        }
-        for &p in &row[..n] {
-            let p = p as usize;
-            assert!(
-                p >= lo && p < hi,
-                "{what}: token {t}: position {p} outside its range {lo}..{hi}"
-            );
-        }
-        let logits = s.logits(t);
-        if logits.len() <= topk {
-            continue; // every valid position, checked above
-        }
-        let mut order: Vec<(u32, usize, f32, f64)> = logits
-            .iter()
-            .map(|&(s, l, m)| (order_key(l), s, l, m))
-            .collect();
-        order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let kth = order[topk - 1].2 as f64;
-        let mag = order.iter().map(|o| o.3).fold(0.0f64, f64::max);
-        let band = LOGIT_RTOL * mag;
-        let by_pos: std::collections::HashMap<usize, f32> =
-            logits.iter().map(|&(s, l, _)| (s, l)).collect();
-        let chosen: std::collections::HashSet<usize> =
-            row[..n].iter().map(|&p| p as usize).collect();
-        for &p in &chosen {
-            let l = by_pos[&p] as f64;
-            assert!(
-                l >= kth - band,
-                "{what}: token {t}: chose position {p} with logit {l}, below the TOPK-th {kth} by more than {band}"
-            );
-        }
-        for o in &order {
-            if (o.2 as f64) > kth + band {
-                assert!(
-                    chosen.contains(&o.1),
-                    "{what}: token {t}: left out position {} with logit {}, above the TOPK-th {kth} by more than {band}",
-                    o.1,
-                    o.2
-                );
-            }
-        }
-        let exact: std::collections::HashSet<usize> = order[..topk].iter().map(|o| o.1).collect();
-        if exact != chosen {
-            differing += 1;
         }
     }
-    differing
+    let exact: std::collections::HashSet<usize> = order[..topk].iter().map(|o| o.1).collect();
+    usize::from(exact != chosen)
 }
 
 /// Uniformly random i32 values (for hostile ranges).
