@@ -154,7 +154,8 @@ impl Cuda {
     /// with [`CudaKernel::DYNAMIC_SMEM_BYTES`] of dynamic shared memory) the device holds at
     /// once (`cuOccupancyMaxActiveClusters`), asked once per backend and kernel: a cluster
     /// larger than 8 CTAs needs that many SMs of one GPC, and how many GPCs have them differs
-    /// between parts.
+    /// between parts. A driver that cannot answer counts as none (the caller then keeps to
+    /// portable clusters); an `Err` only when the kernel itself cannot be loaded.
     pub(crate) fn max_active_clusters<K: CudaKernel>(
         &self,
         cluster: u32,
@@ -188,8 +189,12 @@ impl Cuda {
         // SAFETY: `function` is a loaded function of this context, `config` a complete
         // configuration without attributes (the kernel's compile-time cluster applies) and `n`
         // a valid output.
-        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, function, &config) }.result()?;
-        let n = u32::try_from(n).unwrap_or(0);
+        let asked = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, function, &config) };
+        let n = if asked.result().is_ok() {
+            u32::try_from(n).unwrap_or(0)
+        } else {
+            0
+        };
         if let Some(k) = self.loaded.lock().expect("kernel table lock").get_mut(&id) {
             k.max_clusters = Some(n);
         }
