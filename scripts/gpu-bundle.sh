@@ -1,44 +1,97 @@
 #!/usr/bin/env bash
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
-# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|examples|harness|gather-rates|all]
+# needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all]
+#
+#   scripts/gpu-bundle.sh                      everything
+#   scripts/gpu-bundle.sh --only gpu_indexer,bench_indexer
+#                                              only the named binaries (the names run.sh sees:
+#                                              gpu_<test>, bench_<bench>, example_<example>,
+#                                              harness, gather_rates): minutes less to build and
+#                                              to carry when one kernel changed
+#   scripts/gpu-bundle.sh --only bench_topk --baseline HEAD~1
+#                                              also the same binaries built at another commit,
+#                                              in .gpu/base/ (a worktree under target/), for
+#                                              `run.sh compare`: old and new timed in one run
+#
 # HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=.gpu
-rm -rf "$out"
-mkdir -p "$out/bin"
-# The commit of the build (with "+dirty" when the tree has changes), for the benchmarks' JSON.
-{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "+dirty"; } | tr -d '\n' >"$out/commit"
-log=$(mktemp)
-{
-    cargo test --release --features gpu-tests --no-run --message-format=json
-    cargo bench --features gpu-tests --no-run --message-format=json
-    cargo build --release --examples --message-format=json
-} 2>/dev/null >"$log"
-# The candle CUDA interop (test and example) links candle's CUDA backend, built with the
-# pinned CUDA 13.0 wheels (scripts/cuda-toolkit.sh), in a target dir of its own.
-(
-    source scripts/cuda-toolkit.sh >&2
-    export CARGO_TARGET_DIR=target/cuda-bundle
-    cargo test --release --features gpu-tests,candle-cuda --no-run --test gpu_candle --message-format=json
-    cargo build --release --features candle-cuda --example candle_layer --message-format=json
-    cargo bench --features gpu-tests,candle-cuda --no-run --bench candle_launch --message-format=json
-) 2>/dev/null >>"$log"
-# The sparse MLA kernel harness (bench/harness), from the committed kernels or from the
-# candidates named by HARNESS_NARROW / HARNESS_WIDE (paths to kernel-file copies).
-(
-    source scripts/cuda-toolkit.sh >/dev/null 2>&1
-    NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" \
-        bench/harness/build.sh "${HARNESS_NARROW:-kernels/sparse_mla_narrow.cu}" \
-        "${HARNESS_WIDE:-kernels/sparse_mla_prefill.cu}" >target/harness-build.log 2>&1
-) || { echo "harness build failed: see target/harness-build.log" >&2; exit 1; }
-cp target/harness/harness "$out/bin/harness"
-cp target/harness/gather_rates "$out/bin/gather_rates"
-echo "bundled harness, gather_rates"
-python3 - "$log" "$out/bin" <<'PY'
+root=$PWD
+
+only=""
+baseline=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --only) only=${2:?--only needs a comma-separated list of names}; shift 2 ;;
+        --baseline) baseline=${2:?--baseline needs a commit}; shift 2 ;;
+        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV]" >&2; exit 2 ;;
+    esac
+done
+
+# Whether bundle name $1 is wanted (every name when --only is not given).
+wanted() {
+    [ -z "$only" ] && return 0
+    case ",$only," in *",$1,"*) return 0 ;; esac
+    return 1
+}
+# Whether any wanted name starts with $1 (or every name when --only is not given).
+wanted_prefix() {
+    [ -z "$only" ] && return 0
+    case ",$only" in *",$1"*) return 0 ;; esac
+    return 1
+}
+
+# The cargo builds of the selection in source tree $1, target dir $2, as cargo's JSON messages
+# on stdout. The candle CUDA interop (test, example, bench) links candle's CUDA backend, built
+# with the pinned CUDA 13.0 wheels (scripts/cuda-toolkit.sh), in a target dir of its own.
+cargo_builds() {
+    local src=$1 target=$2
+    (
+        cd "$src"
+        export CARGO_TARGET_DIR=$target
+        if [ -z "$only" ]; then
+            cargo test --release --features gpu-tests --no-run --message-format=json
+            cargo bench --features gpu-tests --no-run --message-format=json
+            cargo build --release --examples --message-format=json
+        else
+            local name
+            for name in ${only//,/ }; do
+                case "$name" in
+                    gpu_candle | bench_candle_launch | example_candle_layer | harness | gather_rates) ;;
+                    gpu_*) cargo test --release --features gpu-tests --no-run --test "$name" --message-format=json ;;
+                    bench_*) cargo bench --features gpu-tests --no-run --bench "${name#bench_}" --message-format=json ;;
+                    example_*) cargo build --release --example "${name#example_}" --message-format=json ;;
+                    *) echo "unknown bundle name: $name" >&2; exit 2 ;;
+                esac
+            done
+        fi
+    ) 2>/dev/null
+    if wanted gpu_candle || wanted example_candle_layer || wanted bench_candle_launch; then
+        (
+            source "$root/scripts/cuda-toolkit.sh" >&2
+            cd "$src"
+            export CARGO_TARGET_DIR=$target/cuda-bundle
+            if wanted gpu_candle; then
+                cargo test --release --features gpu-tests,candle-cuda --no-run --test gpu_candle --message-format=json
+            fi
+            if wanted example_candle_layer; then
+                cargo build --release --features candle-cuda --example candle_layer --message-format=json
+            fi
+            if wanted bench_candle_launch; then
+                cargo bench --features gpu-tests,candle-cuda --no-run --bench candle_launch --message-format=json
+            fi
+        ) 2>/dev/null
+    fi
+}
+
+# Copies the executables that cargo's JSON messages in file $1 name into folder $2 (GPU tests,
+# benches and examples, under the names run.sh uses), those of the selection only.
+copy_built() {
+    python3 - "$1" "$2" "$only" <<'PY'
 import json, shutil, sys
-log, dest = sys.argv[1], sys.argv[2]
+log, dest, only = sys.argv[1], sys.argv[2], sys.argv[3]
+wanted = set(only.split(",")) if only else None
 for line in open(log):
     try:
         msg = json.loads(line)
@@ -53,20 +106,68 @@ for line in open(log):
     if "lib" in kinds or "proc-macro" in kinds:
         continue
     prefix = "bench_" if "bench" in kinds else ("example_" if "example" in kinds else "")
+    if wanted is not None and prefix + name not in wanted:
+        continue
     shutil.copy(exe, f"{dest}/{prefix}{name}")
-    print(f"bundled {prefix}{name}")
+    print(f"bundled {dest}/{prefix}{name}")
 PY
+}
+
 # Binaries that link candle's CUDA kernels carry ~40 MB of device code each: shipped
 # compressed (run.sh unpacks them).
-for exe in "$out"/bin/*; do
-    if [ "$(stat -c %s "$exe")" -gt 16000000 ]; then
-        xz -T2 -6 "$exe"
+compress_large() {
+    local exe
+    for exe in "$1"/*; do
+        if [ -f "$exe" ] && [ "$(stat -c %s "$exe")" -gt 16000000 ]; then
+            xz -T2 -6 "$exe"
+        fi
+    done
+}
+
+out=.gpu
+rm -rf "$out"
+mkdir -p "$out/bin"
+# The commit of the build (with "+dirty" when the tree has changes), for the benchmarks' JSON.
+{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "+dirty"; } | tr -d '\n' >"$out/commit"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo_builds "$root" "$root/target" >"$log"
+copy_built "$log" "$out/bin"
+
+# The sparse MLA kernel harness (bench/harness), from the committed kernels or from the
+# candidates named by HARNESS_NARROW / HARNESS_WIDE (paths to kernel-file copies).
+if wanted harness || wanted gather_rates; then
+    (
+        source scripts/cuda-toolkit.sh >/dev/null 2>&1
+        NVCC="$CUDA_HOME/bin/nvcc" HARNESS_LDFLAGS="-L$CUDA_HOME/lib" \
+            bench/harness/build.sh "${HARNESS_NARROW:-kernels/sparse_mla_narrow.cu}" \
+            "${HARNESS_WIDE:-kernels/sparse_mla_prefill.cu}" >target/harness-build.log 2>&1
+    ) || { echo "harness build failed: see target/harness-build.log" >&2; exit 1; }
+    cp target/harness/harness "$out/bin/harness"
+    cp target/harness/gather_rates "$out/bin/gather_rates"
+    echo "bundled harness, gather_rates"
+fi
+compress_large "$out/bin"
+
+# The same binaries at the baseline commit, from a worktree of their own (incremental builds
+# in target/baseline from one use to the next).
+if [ -n "$baseline" ]; then
+    src=$root/target/baseline-src
+    if [ -d "$src" ]; then
+        git -C "$src" checkout --quiet --detach "$baseline"
+    else
+        git worktree add --quiet --detach "$src" "$baseline"
     fi
-done
+    mkdir -p "$out/base"
+    git -C "$src" rev-parse --short HEAD | tr -d '\n' >"$out/base/commit"
+    cargo_builds "$src" "$root/target/baseline" >"$log"
+    copy_built "$log" "$out/base"
+    compress_large "$out/base"
+fi
+
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/fp8_matmul_rate.py "$out/"
 cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
     bench/torch_timing.py "$out/"
 chmod +x "$out/run.sh"
-rm -f "$log"
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

@@ -4,7 +4,10 @@
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
-#                     figures (needs torch)
+#                     figures (needs torch; each script runs when its benchmark did)
+#   run.sh compare    each benchmark of base/ (a bundle's --baseline build) and of bin/,
+#                     alternately base, new, base, on one machine: the new JSON in
+#                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder
 #   run.sh examples   the example model ports
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
@@ -20,7 +23,7 @@ export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
 # The commit the bundle was built from, for the benchmarks' JSON.
 export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
 # Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
-for packed in "$here"/bin/*.xz; do
+for packed in "$here"/bin/*.xz "$here"/base/*.xz; do
     [ -e "$packed" ] || continue
     if command -v xz >/dev/null; then
         xz -d -f "$packed"
@@ -56,18 +59,40 @@ bench() {
         echo "== $(basename "$b")"
         "$b" || status=1
     done
-    echo "== prologue_torch.py"
-    python3 "$here/prologue_torch.py" --json "$BENCH_JSON_DIR/prologue.json" \
-        --out "$BENCH_JSON_DIR/prologue_torch.json" || status=1
-    echo "== topk_torch.py"
-    python3 "$here/topk_torch.py" --json "$BENCH_JSON_DIR/topk.json" \
-        --out "$BENCH_JSON_DIR/topk_torch.json" || status=1
-    echo "== decode_torch.py"
-    python3 "$here/decode_torch.py" --json "$BENCH_JSON_DIR/mla_decode.json" \
-        --out "$BENCH_JSON_DIR/decode_torch.json" || status=1
-    echo "== indexer_torch.py"
-    python3 "$here/indexer_torch.py" --json "$BENCH_JSON_DIR/indexer.json" \
-        --out "$BENCH_JSON_DIR/indexer_torch.json" || status=1
+    # script, the benchmark JSON it reads, the JSON it writes
+    local torch
+    for torch in "prologue_torch.py prologue.json prologue_torch.json" \
+        "topk_torch.py topk.json topk_torch.json" \
+        "decode_torch.py mla_decode.json decode_torch.json" \
+        "indexer_torch.py indexer.json indexer_torch.json"; do
+        set -- $torch
+        [ -e "$BENCH_JSON_DIR/$2" ] || continue
+        echo "== $1"
+        python3 "$here/$1" --json "$BENCH_JSON_DIR/$2" --out "$BENCH_JSON_DIR/$3" || status=1
+    done
+}
+
+compare() {
+    export BENCH_JSON_DIR=${BENCH_JSON_DIR:-$PWD}
+    mkdir -p "$BENCH_JSON_DIR/base"
+    local base b old round
+    base=$(cat "$here/base/commit" 2>/dev/null || echo unknown)
+    for b in "$here"/bin/bench_*; do
+        old="$here/base/$(basename "$b")"
+        if [ ! -x "$old" ]; then
+            echo "== $(basename "$b"): no baseline build in base/" >&2
+            status=1
+            continue
+        fi
+        for round in base new base; do
+            echo "== $(basename "$b") ($round)"
+            if [ "$round" = base ]; then
+                SHAPEPROOF_COMMIT=$base BENCH_JSON_DIR="$BENCH_JSON_DIR/base" "$old" || status=1
+            else
+                "$b" || status=1
+            fi
+        done
+    done
 }
 
 examples() {
@@ -81,10 +106,11 @@ case "$mode" in
     tests) run_tests "$@" ;;
     sanitize) sanitize "$@" ;;
     bench) bench ;;
+    compare) compare ;;
     examples) examples ;;
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|bench|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
 esac
 exit $status

@@ -161,7 +161,6 @@ impl Cuda {
         cluster: u32,
         block: u32,
     ) -> Result<u32> {
-        let function = self.function::<K>()?;
         let id = TypeId::of::<K>();
         if let Some(n) = self
             .loaded
@@ -170,8 +169,9 @@ impl Cuda {
             .get(&id)
             .and_then(|k| k.max_clusters)
         {
-            return Ok(n);
+            return Ok(n); // one lookup once asked
         }
+        let function = self.function::<K>()?;
         let config = sys::CUlaunchConfig {
             gridDimX: cluster,
             gridDimY: 1,
