@@ -28,7 +28,7 @@ step "clippy (nvrtc-tests, candle)"
 cargo clippy --workspace --all-targets --features nvrtc-tests,candle -- -D warnings
 step "clippy (gpu-tests: the GPU tests and benchmarks, compiled, not run)"
 cargo clippy --workspace --all-targets --features gpu-tests -- -D warnings
-step "cargo test (CPU tests, compile-fail suite, NVRTC compilation of every kernel)"
+step "cargo test (CPU tests, compile-fail suite, NVRTC compilation of every kernel, no wgmma serialised)"
 cargo test --workspace --features nvrtc-tests,candle
 # The candle example runs end to end on the CPU (candle CPU + the CPU backend) and checks itself.
 step "candle example on the CPU"

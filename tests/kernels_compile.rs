@@ -3,7 +3,9 @@
 //! fails, never skips, when NVRTC cannot be loaded.
 #![cfg(feature = "nvrtc-tests")]
 
-use shapeproof::backend::cuda::{Arch, CudaKernel, check_params, compile_kernel, layout_asserts};
+use shapeproof::backend::cuda::{
+    Arch, CudaKernel, check_params, compile_kernel_reported, layout_asserts,
+};
 use shapeproof::ops::index_cache::{IndexKeyGatherKernel, IndexKeyStoreKernel};
 use shapeproof::ops::indexer::{
     LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
@@ -28,13 +30,24 @@ use shapeproof::ops::sparse_mla::{
 };
 use shapeproof::ops::topk::TopkKernel;
 
+/// ptxas's warnings that a kernel's `wgmma` products were serialised (C7510-C7515: each
+/// waited for before the next is issued), which leave it correct and several times slower.
+const WGMMA_SERIALISED: [&str; 6] = ["C7510", "C7511", "C7512", "C7513", "C7514", "C7515"];
+
 /// Compiles `K` with the layout of its Rust parameter block asserted against the CUDA struct
-/// (`layout_asserts`): the instantiation compiles and its mirror is exact.
+/// (`layout_asserts`): the instantiation compiles, its mirror is exact, and ptxas did not
+/// serialise its tensor-core pipeline.
 fn compiles<K: CudaKernel>() {
     let name = K::instantiation();
     let source = format!("{}{}", K::SOURCE, layout_asserts::<K::Params>());
-    let compiled =
-        compile_kernel(&source, &name, Arch::Sm90a).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (compiled, report) = compile_kernel_reported(&source, &name, Arch::Sm90a)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    for code in WGMMA_SERIALISED {
+        assert!(
+            !report.contains(code),
+            "{name}: ptxas serialised its wgmma ({code}):\n{report}"
+        );
+    }
     assert!(!compiled.cubin.is_empty(), "{name}: empty cubin");
     assert!(
         compiled.cubin.starts_with(b"\x7fELF"),

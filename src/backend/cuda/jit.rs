@@ -91,6 +91,34 @@ pub fn compile_kernel(
     instantiation: &str,
     arch: Arch,
 ) -> Result<CompiledKernel> {
+    compile_with(kernel_source, instantiation, arch, &[]).map(|(compiled, _)| compiled)
+}
+
+/// [`compile_kernel`], with what ptxas reports on the way (`--ptxas-options=--verbose`, which
+/// leaves the cubin as it is): registers, spills, and the performance warnings, among them
+/// C7510-C7515, which say that the compiler serialised a kernel's `wgmma` pipeline (each
+/// product waited for before the next is issued). A kernel can be correct and several times
+/// slower with them, so the kernel tests fail on them. Needs libnvrtc.so.13, not a GPU.
+pub fn compile_kernel_reported(
+    kernel_source: &str,
+    instantiation: &str,
+    arch: Arch,
+) -> Result<(CompiledKernel, String)> {
+    compile_with(
+        kernel_source,
+        instantiation,
+        arch,
+        &["--ptxas-options=--verbose"],
+    )
+}
+
+/// [`compile_kernel`] with `extra` options after the usual ones; also returns NVRTC's log.
+fn compile_with(
+    kernel_source: &str,
+    instantiation: &str,
+    arch: Arch,
+    extra: &[&str],
+) -> Result<(CompiledKernel, String)> {
     if !super::nvrtc_present() {
         return Err(Error::NoNvrtc);
     }
@@ -107,13 +135,15 @@ pub fn compile_kernel(
         unsafe { nvrtc_sys::nvrtcAddNameExpression(prog, expr.as_ptr()) }
             .result()
             .map_err(|e| compile_error(format!("{e:?}")))?;
-        let options = compile_options(arch);
+        let mut options = compile_options(arch);
+        options.extend(extra.iter().map(|o| o.to_string()));
         // SAFETY: `prog` is a live program.
-        if let Err(e) = unsafe { nvrtc::compile_program(prog, &options) } {
-            // SAFETY: as above.
-            let log = unsafe { nvrtc::get_program_log(prog) }
-                .map(|chars| c_chars_to_string(&chars))
-                .unwrap_or_default();
+        let compiled = unsafe { nvrtc::compile_program(prog, &options) };
+        // SAFETY: as above.
+        let log = unsafe { nvrtc::get_program_log(prog) }
+            .map(|chars| c_chars_to_string(&chars))
+            .unwrap_or_default();
+        if let Err(e) = compiled {
             return Err(compile_error(format!("{e:?}\n{log}")));
         }
         let mut lowered: *const c_char = std::ptr::null();
@@ -136,10 +166,13 @@ pub fn compile_kernel(
         unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
             .result()
             .map_err(|e| compile_error(format!("{e:?}")))?;
-        Ok(CompiledKernel {
-            cubin,
-            lowered_name,
-        })
+        Ok((
+            CompiledKernel {
+                cubin,
+                lowered_name,
+            },
+            log,
+        ))
     })();
     // SAFETY: `prog` is live and destroyed once.
     let _ = unsafe { nvrtc::destroy_program(prog) };

@@ -23,7 +23,7 @@ mod params;
 
 pub use foreign::ForeignDeviceBuffer;
 pub use graph::{Graph, GraphRecorder, IsCuda};
-pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel};
+pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel, compile_kernel_reported};
 pub use launch::{CudaKernel, DeviceArgs, LaunchShape};
 pub use params::{ParamBlock, ParamField, check_params, layout_asserts};
 
