@@ -877,6 +877,11 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             }
             tau_reg[0] = my_tau[0];
             tau_reg[1] = my_tau[1];
+            // Every thread has read the counts and thresholds before any admits again: a warp
+            // may run on to the next block's admissions as soon as its own wgmma wait returns,
+            // which does not wait for the other warps' reads here, and a count it raised could
+            // send a late warp into a cut alone.
+            grp.sync();
         }
     };
 

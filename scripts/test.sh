@@ -38,6 +38,8 @@ cargo run --quiet --profile test --example candle_layer --features candle
 step "barrier protocol models"
 python3 bench/harness/wide_vt_protocol.py
 python3 bench/harness/wide_persistent_protocol.py
+# The lightning indexer's prefill CTA: its key ring and its warpgroups' cut votes.
+python3 bench/harness/indexer_protocol.py
 # bench/RESULTS.md's tables are what bench/render.py makes of the committed run of record.
 step "bench/RESULTS.md matches bench/results/"
 python3 bench/render.py --check

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Model check of the barrier protocol of the lightning indexer's prefill CTA,
+`lightning_indexer_kernel` in kernels/lightning_indexer.cu.
+
+A producer warp fills a ring of key stages (each completing on its `full` mbarrier); two
+consumer warpgroups of four warps each take every block: a warp issues its part of the
+warpgroup's product of block b (a wgmma reads the stage), waits for the product before (the
+product of a block completes once all four warps of the warpgroup issued it), then runs
+`consume`: it reads the block's scales from the stage, arrives on the stage's `empty` mbarrier
+(eight warps), and admits candidates (which raises its tokens' counts). Every second block (and
+the last) the warpgroup votes on a cut (`bar.red.or`, a barrier of its four warps); when any
+warp asks, every warp reads the counts to decide which token to cut, the cuts themselves run
+behind barriers, and a last barrier keeps every warp's reads ahead of the next admissions.
+
+A schedule fails on a deadlock, an arrival in the wrong phase, a stage written while a warp still
+reads it (or read holding another block), or a count raised by one warp's admission while
+another warp of its warpgroup is still deciding from it (the warps would disagree on the cut,
+and a warp that cuts alone deadlocks the kernel). Run it with no arguments; it exits non-zero
+when the protocol fails, or when a deliberately broken variant of it passes.
+
+Model: copies land as soon as they are issued; waits may be delayed arbitrarily; a product
+completes as soon as the fourth warp has issued it.
+"""
+import sys
+
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wide_vt_protocol import Barrier, ProtocolError, Slot, check, schedule, until  # noqa: E402
+
+STAGES = 6  # indexer::kPrefillStages
+WARPS = 4  # warps of a consumer warpgroup
+WGS = 2  # consumer warpgroups
+
+
+def run(blocks, rng, broken=None):
+    """One random schedule of one CTA over `blocks` key blocks."""
+    full = [Barrier(1) for _ in range(STAGES)]  # the producer's copies (its lanes as one)
+    empty = [Barrier(WGS * WARPS) for _ in range(STAGES)]
+    stage = [Slot(f"stage {s}") for s in range(STAGES)]
+    issued = [dict() for _ in range(WGS)]  # warpgroup -> block -> warps that issued its product
+    meets = {}  # (warpgroup, name) -> warps arrived
+    votes = {}  # (warpgroup, block) -> whether the warpgroup cuts
+    deciding = [set() for _ in range(WGS)]  # warps still reading counts after a cutting vote
+
+    def producer():
+        for b in range(blocks):
+            s = b % STAGES
+            if b >= STAGES and broken != "stage refilled without empty":
+                yield until(empty[s], b // STAGES)
+            stage[s].write(b)
+            full[s].arrive(b // STAGES)
+
+    def consumer(wg, warp):
+        me = (wg, warp)
+
+        def meet(name):  # a named barrier of the warpgroup's four warps
+            key = (wg, name)
+            meets[key] = meets.get(key, 0) + 1
+            yield lambda: meets[key] >= WARPS
+
+        def done(b):  # the warpgroup's product of block b is complete
+            return lambda: len(issued[wg].get(b, ())) == WARPS
+
+        def issue(b):
+            s = b % STAGES
+            yield until(full[s], b // STAGES + 1)
+            stage[s].read(me, b)
+            issued[wg].setdefault(b, set()).add(warp)
+
+        def consume(b, vote):
+            s = b % STAGES
+            stage[s].read(me, b)  # the scales
+            stage[s].release(me)
+            empty[s].arrive(b // STAGES)
+            yield None
+            if deciding[wg]:  # an admission raises a count
+                raise ProtocolError(
+                    f"warp {me} admits block {b} while warps {sorted(deciding[wg])} of its "
+                    "warpgroup still decide from the counts")
+            yield None
+            if not vote:
+                return
+            yield from meet(("vote", b))
+            cut = votes.setdefault((wg, b), rng.random() < 0.4)
+            if not cut:
+                return
+            deciding[wg].add(warp)
+            for token in range(2):
+                yield None  # this warp reads the token's count
+                if votes.setdefault((wg, b, token), rng.random() < 0.5):
+                    yield from meet(("cut", b, token))  # the cut's barriers
+                    yield from meet(("cut done", b, token))
+            yield None  # and the thresholds
+            deciding[wg].discard(warp)
+            if broken != "no barrier after the cuts":
+                yield from meet(("after cuts", b))
+
+        # The kernel's loop: the product of block b + 1 under block b's consume; nothing in
+        # flight across the back-edge; the last one or two blocks after the loop.
+        if blocks > 0:
+            yield from issue(0)
+        b = 0
+        while b + 2 < blocks:
+            yield from issue(b + 1)
+            yield done(b)
+            yield from consume(b, False)
+            yield from issue(b + 2)
+            yield done(b + 1)
+            yield from consume(b + 1, True)
+            yield done(b + 2)
+            b += 2
+        if b + 1 < blocks:
+            yield from issue(b + 1)
+            yield done(b)
+            yield from consume(b, False)
+            yield done(b + 1)
+            yield from consume(b + 1, True)
+        elif b < blocks:
+            yield done(b)
+            yield from consume(b, True)
+
+    actors = [producer()] + [consumer(wg, w) for wg in range(WGS) for w in range(WARPS)]
+    schedule(actors, rng)
+
+
+def main():
+    return check(f"indexer prefill, {STAGES} stages", run, (0, 1, 2, 3, 5, 8, 13, 20), 300,
+                 ("stage refilled without empty", "no barrier after the cuts"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
