@@ -2,7 +2,7 @@
 # The project's test command: formatting, lints, every test that runs without a GPU (the
 # candle CPU interop, the compile-fail suite and the NVRTC compilation of every kernel
 # instantiation the crate uses included), the candle example on the CPU, and model checks of
-# the 64-head kernel's barrier protocol. No GPU needed.
+# the barrier protocols of the 64-head kernel and the indexer's prefill. No GPU needed.
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel (nvidia-cuda-nvrtc, a 90 MB download) is installed into
