@@ -271,6 +271,57 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
     return p;
 }
 
+// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses, both
+// canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups 1024
+// B apart) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
+// one commit group. The caller waits.
+template <int ACC>
+__device__ __forceinline__ void issue_block_product(float (&acc)[ACC], u32 stage, u32 q) {
+    static_assert(ACC == 64 || ACC == 32, "N = 128 or 64");
+    fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+        const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+        const u64 db = make_smem_desc(q + ks * 256, 128, 1024);
+        if constexpr (ACC == 64) {
+            wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
+        } else {
+            wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
+        }
+    }
+    wgmma_commit();
+}
+
+// A token's row from its n <= TOPK selected candidates (positions in `pos`, the token's buffer
+// of CAP keys before them free): the positions sorted ascending inside the buffer, then written
+// as index_of(position), -1 after them. Every thread of the warpgroup calls it.
+template <int CAP, int TOPK, class IndexOf>
+__device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int n, const Group& grp,
+                                                 i32* out, IndexOf index_of) {
+    constexpr int SORT = pow2_at_least(TOPK);
+    constexpr int E = (CAP + kThreads - 1) / kThreads;
+    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
+    i32* sorted = (i32*)keys;  // the keys are done with: SORT <= 2 * CAP slots
+    i32 mine[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = grp.tid + e * kThreads;
+        mine[e] = i < n ? pos[i] : 0x7fffffff;
+    }
+    grp.sync();  // every position read before the keys' slots are overwritten
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = grp.tid + e * kThreads;
+        if (i < SORT) sorted[i] = mine[e];
+    }
+    for (int i = grp.tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
+    grp.sync();
+    sort_positions<SORT, kThreads>(sorted, grp.tid, [&] { grp.sync(); });
+    for (int i = grp.tid; i < TOPK; i += kThreads) out[i] = i < n ? index_of(sorted[i]) : -1;
+    grp.sync();
+}
+
 }  // namespace indexer
 
 // Where a CTA's query tokens and their keys are. Both sources give the CTA's kTokens query rows
@@ -346,10 +397,8 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
     using namespace indexer;
     constexpr int N = kTokens * H_IDX;  // wgmma N: the head rows of both tokens
     constexpr int CAP = cap_for(TOPK);  // candidates a token holds
-    constexpr int SORT = pow2_at_least(TOPK);
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
     static_assert(CAP - kBlock >= TOPK, "a cut leaves room for a block");
 
     extern __shared__ __align__(1024) u8 smem[];
@@ -445,22 +494,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
     // Issues block b's 64 x N product into acc (asynchronously: the caller waits).
     constexpr int kAcc = N / 2;  // accumulators a thread holds: 2 rows x N/4 columns
     auto issue = [&](float (&acc)[kAcc], int b) {
-        const u32 stage = smem_addr(sk + (b % kStages) * kStageBytes);
-        fence_regs(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kD / 32; ++ks) {
-            // no-swizzle K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row
-            // groups 1024 B apart; a k-step of 32 channels is two core matrices (256 B).
-            const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
-            const u64 db = make_smem_desc(smem_addr(sq) + ks * 256, 128, 1024);
-            if constexpr (kAcc == 64) {
-                wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
-            } else {
-                wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
-            }
-        }
-        wgmma_commit();
+        issue_block_product(acc, smem_addr(sk + (b % kStages) * kStageBytes), smem_addr(sq));
     };
 
     const int quad = lane & 3;
@@ -592,26 +626,8 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             __syncthreads();  // the list is read before the next token's cut reuses the scratch
             continue;
         }
-        i32* sorted = (i32*)cand_key(g);  // the keys are done with: SORT <= 2 * CAP slots
-        const i32* pos = cand_pos(g);
-        i32 mine[(CAP + kThreads - 1) / kThreads];
-#pragma unroll
-        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
-            const int i = tid + e * kThreads;
-            mine[e] = i < n ? pos[i] : 0x7fffffff;
-        }
-        __syncthreads();  // every position read before the keys' slots are overwritten
-#pragma unroll
-        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
-            const int i = tid + e * kThreads;
-            if (i < SORT) sorted[i] = mine[e];
-        }
-        for (int i = tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
-        __syncthreads();
-        sort_positions<SORT, kThreads>(sorted, tid, [&] { grp.sync(); });
-        i32* out = indices + (i64)t * TOPK;
-        for (int i = tid; i < TOPK; i += kThreads) out[i] = i < n ? keys.index_of(sorted[i]) : -1;
-        __syncthreads();
+        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, grp, indices + (i64)t * TOPK,
+                                    [&](int s) { return keys.index_of(s); });
     }
 }
 
@@ -652,11 +668,9 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     using namespace indexer;
     constexpr int N = kTokens * H_IDX;  // a warpgroup's wgmma N: the head rows of its tokens
     constexpr int CAP = cap_for(TOPK);
-    constexpr int SORT = pow2_at_least(TOPK);
     constexpr int S = kPrefillStages;
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
     static_assert(CAP - 2 * kBlock >= TOPK, "a cut leaves room for two blocks");
 
     extern __shared__ __align__(1024) u8 smem[];
@@ -796,20 +810,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         const int st = b % S;
         mbar_wait(full_bar(st), (u32)(b / S) & 1u);
         fence_proxy_async();  // the producer's copies, seen by the tensor cores
-        const u32 stage = smem_addr(sk + st * kStageBytes);
-        fence_regs(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kD / 32; ++ks) {
-            const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
-            const u64 db = make_smem_desc(smem_addr(my_q) + ks * 256, 128, 1024);
-            if constexpr (kAcc == 64) {
-                wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
-            } else {
-                wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
-            }
-        }
-        wgmma_commit();
+        issue_block_product(acc, smem_addr(sk + st * kStageBytes), smem_addr(my_q));
     };
     // The tokens' thresholds, in registers: they change only in a cut, after which every thread
     // reads them again.
@@ -922,26 +923,8 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
             n = TOPK;
         }
-        i32* sorted = (i32*)cand_key(g);  // the keys are done with: SORT <= 2 * CAP slots
-        const i32* pos = cand_pos(g);
-        i32 mine[(CAP + kThreads - 1) / kThreads];
-#pragma unroll
-        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
-            const int i = gt + e * kThreads;
-            mine[e] = i < n ? pos[i] : 0x7fffffff;
-        }
-        grp.sync();  // every position read before the keys' slots are overwritten
-#pragma unroll
-        for (int e = 0; e < (CAP + kThreads - 1) / kThreads; ++e) {
-            const int i = gt + e * kThreads;
-            if (i < SORT) sorted[i] = mine[e];
-        }
-        for (int i = gt + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
-        grp.sync();
-        sort_positions<SORT, kThreads>(sorted, gt, [&] { grp.sync(); });
-        i32* out = p.indices + (i64)t * TOPK;
-        for (int i = gt; i < TOPK; i += kThreads) out[i] = i < n ? sorted[i] : -1;
-        grp.sync();
+        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, grp, p.indices + (i64)t * TOPK,
+                                    [](int s) { return s; });
     }
 }
 
