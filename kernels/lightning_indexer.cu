@@ -656,12 +656,13 @@ __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
 
 // The prefill: keys [s_kv, 128] and scales [s_kv] in rows. A CTA takes query tokens t0 .. t0 + 3
 // (the heavier, later causal ones first) and streams the union of their ranges once: the first
-// warp of a producer warpgroup copies each 64-key block and its scales into a ring of six stages (cp.async, completing
-// on the stage's full barrier), and two consumer warpgroups, each with two of the tokens (its
-// own Q tile, candidates and counters), run the body's product, sums, admissions and cuts on
-// every block, then release the stage. A warpgroup agrees on a cut with one barrier a block
-// (`bar.red.or` of "my admission could overflow"), and its collective steps use its own named
-// barrier, so neither waits for the other.
+// warp of a producer warpgroup copies each 64-key block and its scales into a ring of six
+// stages (cp.async, completing on the stage's full barrier), and two consumer warpgroups, each
+// with two of the tokens (its own Q tile, candidates and counters), run the product, sums and
+// admissions on every block and release the stage. A warpgroup agrees on a cut with one barrier
+// every second block (`bar.red.or` of "my admission could overflow the next two blocks"), and
+// its collective steps use its own named barrier, so neither waits for the other. The protocol
+// is model-checked by bench/harness/indexer_protocol.py.
 template <int H_IDX, int TOPK>
 __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
