@@ -204,28 +204,24 @@ impl IndexerScenario {
     /// The exact rows, by a full sort of every token's logits (independent of either backend's
     /// selection): best first by order key then lower position, cut to TOPK, ascending, -1 after.
     pub fn exact_rows(&self, topk: usize) -> Vec<i32> {
-        let rows: Vec<std::sync::Mutex<Vec<i32>>> = (0..self.tokens)
-            .map(|_| std::sync::Mutex::new(Vec::new()))
+        use rayon::prelude::*;
+        let rows: Vec<Vec<i32>> = (0..self.tokens)
+            .into_par_iter()
+            .map(|t| {
+                let mut all: Vec<(u32, usize)> = self
+                    .logits(t)
+                    .into_iter()
+                    .map(|(s, l, _)| (order_key(l), s))
+                    .collect();
+                all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                all.truncate(topk);
+                all.sort_by_key(|&(_, s)| s);
+                let mut row: Vec<i32> = all.iter().map(|&(_, s)| s as i32).collect();
+                row.resize(topk, -1);
+                row
+            })
             .collect();
-        super::par_sum(self.tokens, |t| {
-            let mut all: Vec<(u32, usize)> = self
-                .logits(t)
-                .into_iter()
-                .map(|(s, l, _)| (order_key(l), s))
-                .collect();
-            all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            all.truncate(topk);
-            all.sort_by_key(|&(_, s)| s);
-            let mut row = vec![-1i32; topk];
-            for (i, &(_, s)) in all.iter().enumerate() {
-                row[i] = s as i32;
-            }
-            *rows[t].lock().unwrap() = row;
-            0
-        });
-        rows.into_iter()
-            .flat_map(|r| r.into_inner().unwrap())
-            .collect()
+        rows.concat()
     }
 }
 

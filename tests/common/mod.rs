@@ -35,26 +35,12 @@ pub fn rng(test: &str) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
-/// The sum of `f(i)` over `0..n`, computed on every core (scoped threads over contiguous
-/// chunks): the exact references of the GPU tests (a full logit row a token, an f64 softmax a
-/// row) take most of a test's time on one core. A panic in `f` (a failed check) fails the
-/// caller with its message.
-pub fn par_sum(n: usize, f: impl Fn(usize) -> usize + Sync) -> usize {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |c| c.get())
-        .min(n.max(1));
-    let chunk = n.div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|scope| {
-        let f = &f;
-        let handles: Vec<_> = (0..n)
-            .step_by(chunk)
-            .map(|lo| scope.spawn(move || (lo..(lo + chunk).min(n)).map(f).sum::<usize>()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .sum()
-    })
+/// The sum of `f(i)` over `0..n`, computed on every core (rayon): the exact references of the
+/// GPU tests (a full logit row a token) take most of a test's time on one core. A panic in `f`
+/// (a failed check) fails the caller with its message.
+pub fn par_sum(n: usize, f: impl Fn(usize) -> usize + Sync + Send) -> usize {
+    use rayon::prelude::*;
+    (0..n).into_par_iter().map(f).sum()
 }
 
 /// `n` bf16 values drawn from N(mean, std²).
