@@ -753,6 +753,8 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             }
             mbar_arrive_cp_async(full_bar(st));
         }
+        // The warp leaves only once its copies have landed (their arrivals are then done too).
+        asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
 
