@@ -1,5 +1,6 @@
-//! CUDA launch of [`LightningIndexer`] (`kernels/lightning_indexer.cu`), and its CUDA-only entry
-//! [`LightningIndexer::record`].
+//! CUDA launch of [`LightningIndexer`] (`kernels/lightning_indexer_prefill.cu`; the paged form
+//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh`), and
+//! its CUDA-only entry [`LightningIndexer::record`].
 
 use std::marker::PhantomData;
 
@@ -150,11 +151,23 @@ pub struct LightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
 
+/// The source of the paged kernel and the merge (`kernels/lightning_indexer.cu`), after the
+/// steps both indexer CTAs share.
+const PAGED_SOURCE: &str = concat!(
+    include_str!("../../../kernels/sparse_mla_common.cuh"),
+    "\n",
+    include_str!("../../../kernels/indexer_common.cuh"),
+    "\n",
+    include_str!("../../../kernels/lightning_indexer.cu")
+);
+
 impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKernel<H_IDX, TOPK> {
     const SOURCE: &'static str = concat!(
         include_str!("../../../kernels/sparse_mla_common.cuh"),
         "\n",
-        include_str!("../../../kernels/lightning_indexer.cu")
+        include_str!("../../../kernels/indexer_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/lightning_indexer_prefill.cu")
     );
     const DYNAMIC_SMEM_BYTES: u32 = prefill_indexer_smem_bytes(H_IDX, TOPK);
     type Params = IndexerParams;
@@ -163,8 +176,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
     }
 }
 
-/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: the same CTA over a sequence's pages, two of
-/// its `next_n` tokens a CTA.
+/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: one warpgroup over a sequence's pages, two
+/// of its `next_n` tokens a CTA.
 pub struct PagedLightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
@@ -172,7 +185,7 @@ pub struct PagedLightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
 impl<const H_IDX: usize, const TOPK: usize> CudaKernel
     for PagedLightningIndexerKernel<H_IDX, TOPK>
 {
-    const SOURCE: &'static str = LightningIndexerKernel::<H_IDX, TOPK>::SOURCE;
+    const SOURCE: &'static str = PAGED_SOURCE;
     const DYNAMIC_SMEM_BYTES: u32 = indexer_smem_bytes(H_IDX, TOPK);
     type Params = PagedIndexerParams;
     fn instantiation() -> String {
@@ -185,7 +198,7 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel
 pub struct PagedIndexerMergeKernel<const TOPK: usize>(PhantomData<Dim<TOPK>>);
 
 impl<const TOPK: usize> CudaKernel for PagedIndexerMergeKernel<TOPK> {
-    const SOURCE: &'static str = LightningIndexerKernel::<64, TOPK>::SOURCE;
+    const SOURCE: &'static str = PAGED_SOURCE;
     const DYNAMIC_SMEM_BYTES: u32 = indexer_merge_smem_bytes(TOPK);
     type Params = IndexerMergeParams;
     fn instantiation() -> String {

@@ -1,0 +1,267 @@
+// Lightning indexer of DeepSeek Sparse Attention (docs/kernels/indexer.md): the steps both of
+// its CTAs share. For every query token t the TOPK key positions s in its valid range with the
+// largest
+//     logit[t, s] = k_scale[s] * sum_h w[t, h] * relu(q[t, h, :] . k[s, :])
+// (e4m3 q and k, D = 128), ties to the lower position, the positions written in ascending order
+// and -1 after them when fewer are valid. Logits and top-k are fused: no logit leaves the CTA.
+//
+// A warpgroup takes two query tokens: their 2 * H_IDX head rows of q are the wgmma B operand
+// (N = 2 * H_IDX), a 64-key block the A operand (M = 64 keys), so a thread's accumulators are
+// 2 keys x (2 tokens x H_IDX/4 heads): the head sum is a thread's own adds and two quad
+// shuffles. Two accumulator sets alternate: the next block's wgmma runs while the current
+// block's sums and admissions are computed.
+//
+// Top-k without a logit round trip: each token keeps a candidate buffer of
+// CAP = TOPK + max(TOPK / 2, 128) (ordered key, position) pairs in shared memory. A logit is
+// admitted when it beats the token's threshold (the TOPK-th best candidate so far); when a
+// buffer could overflow on the next blocks it is cut back to exactly its TOPK best (bit-descent
+// selection over the ordered keys, ties on the position) and the threshold rises. Keys arrive in
+// ascending position, so after a cut a logit equal to the threshold can never win a tie:
+// admission is strictly greater.
+//
+// Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
+// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before
+// lightning_indexer_prefill.cu or lightning_indexer.cu.
+
+namespace indexer {
+
+constexpr int kD = 128;             // channels of a head and of a key (bytes, e4m3)
+constexpr int kThreads = 128;       // one warpgroup
+constexpr int kTokens = 2;          // query tokens a warpgroup takes
+constexpr int kBlock = 64;          // keys of one block (the wgmma M)
+constexpr int kStages = 5;          // the paged CTA's cp.async ring depth (blocks)
+constexpr int kBlockBytes = kBlock * kD;
+constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
+
+// Candidates a token holds: TOPK and room for at least half as many (and 128) more, so a cut
+// comes after at least TOPK/2 - 64 admissions.
+__host__ __device__ constexpr int cap_for(int topk) {
+    return topk + (topk / 2 > 128 ? topk / 2 : 128);
+}
+
+// The warpgroup that runs a collective step (a count, a cut, a sort): its named barrier and
+// this thread's index in it. The paged CTA is one warpgroup on barrier 0; the prefill CTA's
+// two consumer warpgroups use barriers 1 and 2.
+struct Group {
+    int bar;  // named barrier of the warpgroup's 128 threads
+    int tid;  // 0 .. 127
+    __device__ void sync() const { named_barrier_sync(bar, kThreads); }
+};
+
+// acc[64 x 128 f32] (+)= A[64 x 32 e4m3, smem] * B[128 x 32 e4m3, smem]^T
+__device__ __forceinline__ void wgmma_n128(float (&acc)[64], u64 desc_a, u64 desc_b, u32 accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, p, 1, 1;\n}\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]),
+          "+f"(acc[8]), "+f"(acc[9]), "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]), "+f"(acc[15]),
+          "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]), "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]),
+          "+f"(acc[24]), "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]), "+f"(acc[30]), "+f"(acc[31]),
+          "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]), "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+          "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]), "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]),
+          "+f"(acc[48]), "+f"(acc[49]), "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]), "+f"(acc[55]),
+          "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]), "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// Count over the CTA (WARPS warps) of the threads' `c`, one barrier (two scratch slots of WARPS
+// alternate).
+template <int WARPS>
+__device__ __forceinline__ int block_sum(int c, int* red, int& parity) {
+    const int warp = threadIdx.x >> 5;
+    c = __reduce_add_sync(0xffffffffu, c);
+    int* slot = red + parity * WARPS;
+    if ((threadIdx.x & 31) == 0) slot[warp] = c;
+    parity ^= 1;
+    __syncthreads();
+    int sum = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += slot[w];
+    return sum;
+}
+
+// The same over a warpgroup, on its barrier.
+__device__ __forceinline__ int block_sum(int c, int* red, int& parity, const Group& grp) {
+    constexpr int WARPS = kThreads / 32;
+    const int warp = grp.tid >> 5;
+    c = __reduce_add_sync(0xffffffffu, c);
+    int* slot = red + parity * WARPS;
+    if ((grp.tid & 31) == 0) slot[warp] = c;
+    parity ^= 1;
+    grp.sync();
+    int sum = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += slot[w];
+    return sum;
+}
+
+// The `rank`-th largest (1-based) of the values v[e] where live[e], over the warpgroup: the
+// largest x with at least `rank` live values >= x (bit descent, 32 counts).
+template <int E>
+__device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)[E], int rank,
+                                           int* red, int& parity, const Group& grp) {
+    u32 prefix = 0;
+    for (int bit = 31; bit >= 0; --bit) {
+        const u32 cand = prefix | (1u << bit);
+        int c = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) c += (live[e] && v[e] >= cand) ? 1 : 0;
+        if (block_sum(c, red, parity, grp) >= rank) prefix = cand;
+    }
+    return prefix;
+}
+
+// Cuts a token's candidates (n of them, n > TOPK) to exactly its TOPK best, in place, and
+// returns the threshold key (the TOPK-th best). Every thread of the warpgroup calls it.
+template <int CAP, int TOPK>
+__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp) {
+    constexpr int E = (CAP + kThreads - 1) / kThreads;
+    u32 k[E];
+    i32 p[E];
+    bool live[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = grp.tid + e * kThreads;
+        live[e] = i < n;
+        k[e] = live[e] ? keys[i] : 0u;
+        p[e] = live[e] ? pos[i] : 0;
+    }
+    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity, grp);
+    int gt = 0, eq = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        gt += (live[e] && k[e] > tau) ? 1 : 0;
+        eq += (live[e] && k[e] == tau) ? 1 : 0;
+    }
+    gt = block_sum(gt, red, parity, grp);
+    eq = block_sum(eq, red, parity, grp);
+    const int need = TOPK - gt;  // ties at tau to keep: the lowest positions
+    u32 tie_cut = 0;             // keep a tie when ~position >= tie_cut
+    if (eq > need) {
+        u32 inv[E];
+        bool tie[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            inv[e] = ~(u32)p[e];
+            tie[e] = live[e] && k[e] == tau;
+        }
+        tie_cut = kth_largest<E>(inv, tie, need, red, parity, grp);
+    }
+    // Ordered compaction: a thread's kept entries go after those of the lower threads.
+    bool keep[E];
+    int mine = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        keep[e] = live[e] && (k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
+        mine += keep[e] ? 1 : 0;
+    }
+    const int lane = grp.tid & 31, warp = grp.tid >> 5;
+    int incl = mine;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += o;
+    }
+    int* slot = red + parity * 4;
+    parity ^= 1;
+    if (lane == 31) slot[warp] = incl;
+    grp.sync();  // also: every thread has read its entries before any is overwritten
+    int base = incl - mine;
+    for (int w = 0; w < warp; ++w) base += slot[w];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        if (keep[e]) {
+            keys[base] = k[e];
+            pos[base] = p[e];
+            ++base;
+        }
+    }
+    grp.sync();
+    return tau;
+}
+
+// Sorts pos[0 .. P) ascending (P a power of two), by the THREADS threads that call it (`tid`
+// this one's index among them; `sync` their barrier), bitonic.
+template <int P, int THREADS, class Sync>
+__device__ void sort_positions(i32* pos, int tid, Sync sync) {
+    for (int k = 2; k <= P; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = tid; i < P; i += THREADS) {
+                const int partner = i ^ j;
+                if (partner > i) {
+                    const i32 a = pos[i], b = pos[partner];
+                    const bool up = (i & k) == 0;
+                    if ((a > b) == up) {
+                        pos[i] = b;
+                        pos[partner] = a;
+                    }
+                }
+            }
+            sync();
+        }
+    }
+}
+
+__host__ __device__ constexpr int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses, both
+// canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups 1024
+// B apart) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
+// one commit group. The caller waits.
+template <int ACC>
+__device__ __forceinline__ void issue_block_product(float (&acc)[ACC], u32 stage, u32 q) {
+    static_assert(ACC == 64 || ACC == 32, "N = 128 or 64");
+    fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+        const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+        const u64 db = make_smem_desc(q + ks * 256, 128, 1024);
+        if constexpr (ACC == 64) {
+            wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);
+        } else {
+            wgmma_qk(acc, da, db, ks > 0 ? 1u : 0u);
+        }
+    }
+    wgmma_commit();
+}
+
+// A token's row from its n <= TOPK selected candidates (positions in `pos`, the token's buffer
+// of CAP keys before them free): the positions sorted ascending inside the buffer, then written
+// as index_of(position), -1 after them. Every thread of the warpgroup calls it.
+template <int CAP, int TOPK, class IndexOf>
+__device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int n, const Group& grp,
+                                                 i32* out, IndexOf index_of) {
+    constexpr int SORT = pow2_at_least(TOPK);
+    constexpr int E = (CAP + kThreads - 1) / kThreads;
+    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
+    i32* sorted = (i32*)keys;  // the keys are done with: SORT <= 2 * CAP slots
+    i32 mine[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = grp.tid + e * kThreads;
+        mine[e] = i < n ? pos[i] : 0x7fffffff;
+    }
+    grp.sync();  // every position read before the keys' slots are overwritten
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = grp.tid + e * kThreads;
+        if (i < SORT) sorted[i] = mine[e];
+    }
+    for (int i = grp.tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
+    grp.sync();
+    sort_positions<SORT, kThreads>(sorted, grp.tid, [&] { grp.sync(); });
+    for (int i = grp.tid; i < TOPK; i += kThreads) out[i] = i < n ? index_of(sorted[i]) : -1;
+    grp.sync();
+}
+
+}  // namespace indexer
