@@ -9,6 +9,7 @@ use shapeproof::backend::cuda::{
 use shapeproof::ops::index_cache::{IndexKeyGatherKernel, IndexKeyStoreKernel};
 use shapeproof::ops::indexer::{
     LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
+    indexer_merge_smem_bytes, indexer_smem_bytes, prefill_indexer_smem_bytes,
 };
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
 use shapeproof::ops::sparse_mla_decode::{SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel};
@@ -38,8 +39,14 @@ const WGMMA_SERIALISED: [&str; 6] = ["C7510", "C7511", "C7512", "C7513", "C7514"
 /// (`layout_asserts`): the instantiation compiles, its mirror is exact, and ptxas did not
 /// serialise its tensor-core pipeline.
 fn compiles<K: CudaKernel>() {
+    compiles_with::<K>("");
+}
+
+/// [`compiles`] with `extra` C++ appended to the source (static assertions that a Rust mirror
+/// of a kernel constant is exact).
+fn compiles_with<K: CudaKernel>(extra: &str) {
     let name = K::instantiation();
-    let source = format!("{}{}", K::SOURCE, layout_asserts::<K::Params>());
+    let source = format!("{}{}\n{extra}", K::SOURCE, layout_asserts::<K::Params>());
     let (compiled, report) = compile_kernel_reported(&source, &name, Arch::Sm90a)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     for code in WGMMA_SERIALISED {
@@ -69,24 +76,54 @@ fn prologue_variants<
     compiles::<ConvStateUpdateKernel<HD, DQ, DKV, L, InklingConv>>();
 }
 
+/// `static_assert(EXPR == VALUE)` for a kernel constant `EXPR` and its Rust mirror's `VALUE`.
+fn mirror(expr: &str, value: u32) -> String {
+    format!("static_assert({expr} == {value}, \"{expr} and its Rust mirror differ\");\n")
+}
+
 #[test]
 fn lightning_indexer() {
-    // Both head counts at the top-k widths the tests, the benchmark and the examples use.
-    compiles::<LightningIndexerKernel<64, 2048>>();
-    compiles::<LightningIndexerKernel<64, 256>>();
-    compiles::<LightningIndexerKernel<64, 128>>();
-    compiles::<LightningIndexerKernel<32, 2048>>();
-    compiles::<LightningIndexerKernel<32, 512>>();
-    compiles::<LightningIndexerKernel<32, 128>>();
-    compiles::<PagedLightningIndexerKernel<64, 2048>>();
-    compiles::<PagedLightningIndexerKernel<64, 256>>();
-    compiles::<PagedLightningIndexerKernel<32, 2048>>();
-    compiles::<PagedLightningIndexerKernel<32, 512>>();
-    compiles::<PagedLightningIndexerKernel<32, 128>>();
-    compiles::<PagedIndexerMergeKernel<2048>>();
-    compiles::<PagedIndexerMergeKernel<512>>();
-    compiles::<PagedIndexerMergeKernel<256>>();
-    compiles::<PagedIndexerMergeKernel<128>>();
+    // Both head counts at the top-k widths the tests, the benchmark and the examples use, each
+    // with the launch's shared memory (the Rust formula) equal to the kernel's.
+    macro_rules! prefill {
+        ($h:literal, $k:literal) => {
+            compiles_with::<LightningIndexerKernel<$h, $k>>(&mirror(
+                &format!("indexer::prefill_smem_bytes({}, {})", $h, $k),
+                prefill_indexer_smem_bytes($h, $k),
+            ))
+        };
+    }
+    macro_rules! paged {
+        ($h:literal, $k:literal) => {
+            compiles_with::<PagedLightningIndexerKernel<$h, $k>>(&mirror(
+                &format!("indexer::smem_bytes({}, {})", $h, $k),
+                indexer_smem_bytes($h, $k),
+            ))
+        };
+    }
+    macro_rules! merge {
+        ($k:literal) => {
+            compiles_with::<PagedIndexerMergeKernel<$k>>(&mirror(
+                &format!("indexer::merge_smem_bytes({})", $k),
+                indexer_merge_smem_bytes($k),
+            ))
+        };
+    }
+    prefill!(64, 2048);
+    prefill!(64, 256);
+    prefill!(64, 128);
+    prefill!(32, 2048);
+    prefill!(32, 512);
+    prefill!(32, 128);
+    paged!(64, 2048);
+    paged!(64, 256);
+    paged!(32, 2048);
+    paged!(32, 512);
+    paged!(32, 128);
+    merge!(2048);
+    merge!(512);
+    merge!(256);
+    merge!(128);
 }
 
 #[test]
