@@ -12,7 +12,9 @@ use shapeproof::ops::indexer::{
     indexer_merge_smem_bytes, indexer_smem_bytes, prefill_indexer_smem_bytes,
 };
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
-use shapeproof::ops::sparse_mla_decode::{SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel};
+use shapeproof::ops::sparse_mla_decode::{
+    DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel,
+};
 
 /// `compiles::<$kernel<H>>()` for every decode head count.
 macro_rules! for_each_head_count {
@@ -28,6 +30,7 @@ use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
     Plain, SparseMlaNarrowKernel, SparseMlaWideKernel, WithLength, WithLengthAndSink,
+    sparse_mla_narrow_smem_bytes, sparse_mla_wide_smem_bytes,
 };
 use shapeproof::ops::topk::TopkKernel;
 
@@ -155,6 +158,10 @@ fn sparse_mla_decode() {
     compiles::<SparseMlaDecodeKernel<16, 128>>();
     compiles::<SparseMlaDecodeKernel<8, 256>>();
     for_each_head_count!(SparseMlaDecodeCombineKernel);
+    compiles_with::<SparseMlaDecodeKernel<16, 2048>>(&mirror(
+        "decode::kSmemBytes",
+        DECODE_SMEM_BYTES,
+    ));
 }
 
 #[test]
@@ -221,6 +228,18 @@ macro_rules! for_each_option {
 #[test]
 fn sparse_mla() {
     every_sparse_mla_variant!(SparseMlaWideKernel);
+    // The launch's shared memory (the Rust formula) is the kernel's layout.
+    for d in [512, 576] {
+        let check = mirror(
+            &format!("sparse_mla::Smem<{d}>::kBytes"),
+            sparse_mla_wide_smem_bytes(d),
+        );
+        if d == 512 {
+            compiles_with::<SparseMlaWideKernel<512, Plain>>(&check);
+        } else {
+            compiles_with::<SparseMlaWideKernel<576, Plain>>(&check);
+        }
+    }
 }
 
 /// The narrow-tile kernel (8, 16 and 32 heads).
@@ -229,6 +248,26 @@ fn sparse_mla_narrow() {
     every_sparse_mla_variant!(SparseMlaNarrowKernel, 8);
     every_sparse_mla_variant!(SparseMlaNarrowKernel, 16);
     every_sparse_mla_variant!(SparseMlaNarrowKernel, 32);
+    // The launch's shared memory (the Rust formula) is the kernel's layout, at every tile.
+    macro_rules! narrow_smem {
+        ($d:literal, $tile:literal) => {
+            compiles_with::<SparseMlaNarrowKernel<$d, Plain, $tile>>(&mirror(
+                &format!(
+                    "sparse_mla_narrow::kSmemBytesWith<{0}, {1}, sparse_mla_narrow::kQBuffersFor<{0}, {1}>>",
+                    $d, $tile
+                ),
+                sparse_mla_narrow_smem_bytes($d, $tile),
+            ))
+        };
+    }
+    narrow_smem!(512, 8);
+    narrow_smem!(512, 16);
+    narrow_smem!(512, 32);
+    narrow_smem!(512, 64);
+    narrow_smem!(576, 8);
+    narrow_smem!(576, 16);
+    narrow_smem!(576, 32);
+    narrow_smem!(576, 64);
 }
 
 /// The narrow kernel's 64-head tile (two 32-head consumer warpgroups).

@@ -20,7 +20,10 @@ mod cuda;
 mod launch;
 
 pub use args::{SparseMlaInputParts, SparseMlaInputs, padded_indices};
-pub use cuda::{SparseMlaNarrowKernel, SparseMlaWideKernel};
+pub use cuda::{
+    SparseMlaNarrowKernel, SparseMlaWideKernel, sparse_mla_narrow_smem_bytes,
+    sparse_mla_wide_smem_bytes,
+};
 
 use std::marker::PhantomData;
 
