@@ -3,7 +3,7 @@
 //! (65536 and 131072 columns at top-2048) and small ones; scores of every kind (distinct,
 //! peaked, eight values so that thousands tie at the cut, NaN / ±inf / ±0) and ranges of every
 //! kind (whole, partial, shorter than TOPK, empty, clamped), rows too wide for the kernel's
-//! shared-memory cache; a recorded call replays to the same rows. Compiled only with `--features gpu-tests`; run on the H200
+//! shared-memory cache; a recorded call replays to the same rows, also a backend's first call. Compiled only with `--features gpu-tests`; run on the H200
 //! (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -127,4 +127,31 @@ fn a_recorded_call_replays_to_the_direct_calls_rows() {
     drop(graph);
     g.synchronize().unwrap();
     assert_eq!(out.to_host(&g).unwrap(), want);
+}
+
+/// A backend's first top-k call made inside a graph recording, at one row: the launch loads the
+/// 16-CTA kernel and asks the device how many such clusters it holds while the stream captures
+/// (relaxed capture allows both); the replay gives the semantics' rows.
+#[test]
+fn a_first_call_recorded_at_one_row_replays_to_the_semantics() {
+    let g = gpu(); // a fresh backend: no kernel of it loaded yet
+    let mut rng = common::rng("a_first_call_recorded_at_one_row_replays_to_the_semantics");
+    let s = TopkScenario::new(&mut rng, 1, 65536, 2048, Scores::Noise);
+    let scores = TopkScores::new(
+        Tensor::from_host(&g, "scores", &s.scores, s.width).unwrap(),
+        s.width,
+        Tensor::from_host(&g, "starts", &s.starts, 1).unwrap(),
+        Tensor::from_host(&g, "ends", &s.ends, 1).unwrap(),
+    )
+    .unwrap();
+    let poison = vec![i32::MIN; 2048];
+    let mut out = Tensor::<Cuda, i32, Cols<2048>>::from_host(&g, "out", &poison, 1).unwrap();
+    let topk = TopK::<2048>::new();
+    let mut recorder = g.record_graph().unwrap();
+    topk.record(&mut recorder, &scores, &mut out).unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    g.synchronize().unwrap();
+    s.check("first call recorded", &out.to_host(&g).unwrap(), 2048);
 }
