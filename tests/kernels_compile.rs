@@ -52,6 +52,16 @@ fn compiles_with<K: CudaKernel>(extra: &str) {
     let source = format!("{}{}\n{extra}", K::SOURCE, layout_asserts::<K::Params>());
     let (compiled, report) = compile_kernel_reported(&source, &name, Arch::Sm90a)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
+    // `scripts/sass-diff.sh` compares the machine code of two commits from these files.
+    if let Some(dir) = std::env::var_os("SHAPEPROOF_CUBIN_DIR") {
+        let file: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let dir = std::path::Path::new(&dir);
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(format!("{file}.cubin")), &compiled.cubin).unwrap();
+    }
     for code in WGMMA_SERIALISED {
         assert!(
             !report.contains(code),
