@@ -24,7 +24,7 @@ baseline=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) only=${2:?--only needs a comma-separated list of names}; shift 2 ;;
-        --baseline) baseline=${2:?--baseline needs a commit}; shift 2 ;;
+        --baseline) baseline=$(git rev-parse --verify "${2:?--baseline needs a commit}^{commit}"); shift 2 ;;
         *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV]" >&2; exit 2 ;;
     esac
 done

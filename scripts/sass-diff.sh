@@ -10,18 +10,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-base=${1:?usage: sass-diff.sh BASE [name filter]}
+# The commit, resolved here (inside the worktree, HEAD would name the worktree's own).
+base=$(git rev-parse --verify "${1:?usage: sass-diff.sh BASE [name filter]}^{commit}")
 filter=${2:-}
 
 source scripts/nvrtc.sh >/dev/null
 venv=$root/.cuda/venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 cuobjdump=$(ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/cuobjdump 2>/dev/null | head -1 || true)
-if [ -z "$cuobjdump" ]; then
-    # The oldest cuobjdump wheel published (it reads the sm_90a cubins of the 13.0 compilers).
-    "$venv/bin/pip" install --quiet --disable-pip-version-check nvidia-cuda-cuobjdump==13.2.86
+nvdisasm=$(ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm 2>/dev/null | head -1 || true)
+if [ -z "$cuobjdump" ] || [ -z "$nvdisasm" ]; then
+    # The oldest cuobjdump and nvdisasm wheels published (they read the sm_90a cubins of the 13.0
+    # compilers; cuobjdump runs nvdisasm), 5 MB.
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86
     cuobjdump=$(ls "$venv"/lib/python3*/site-packages/nvidia/cu13/bin/cuobjdump | head -1)
 fi
+export PATH="$(dirname "$cuobjdump"):$PATH"
 
 out=$root/target/sass
 rm -rf "$out"
