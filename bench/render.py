@@ -533,12 +533,26 @@ def rate_table(run, results_dir, title, source, pattern, shape_header, shape, ti
 
 
 def indexer(run, results_dir):
+    """The prefill against the FP8 matmul rate; from runs that measured it, also the same CTA
+    without the selection (`logits alone`) and the fused kernel's time over it."""
     def shape(m):
         tokens, history, heads, topk = m.groups()
         keys = f"{history} + chunk, causal" if history != "0" else "the chunk, causal"
         return f"({tokens}, {keys}, {heads}, {topk})"
-    return rate_table(run, results_dir, "### Lightning indexer (prefill, logits and top-k fused)",
-                      INDEXER, INDEXER_REC, "(T, keys, H_IDX, TOPK)", shape, "ms", 2)
+    title = "### Lightning indexer (prefill, logits and top-k fused)"
+    recs = run.matching(INDEXER_REC) if run is not None else []
+    if not any("logits_alone_ms" in f for _, _, f in recs):
+        return rate_table(run, results_dir, title, INDEXER, INDEXER_REC,
+                          "(T, keys, H_IDX, TOPK)", shape, "ms", 2)
+    limit, limit_text = fp8_limit(run)
+    out = [title, ""]
+    out += run_line(run, INDEXER[1], [limit_text, copy_limit(run)[1]])
+    rows = [[shape(m), num(f.get("ms"), 2), num(f.get("tflops"), 0),
+             DASH if limit is None else pct(f.get("tflops") / limit),
+             num(f.get("logits_alone_ms"), 2), times(f.get("over_logits_alone"), 2)]
+            for m, _, f in recs]
+    return out + table(["(T, keys, H_IDX, TOPK)", "ms", "TFLOP/s", "of FP8 matmul",
+                        "logits alone ms", "over logits alone"], rows) + [""]
 
 
 def indexer_paged(run, results_dir):

@@ -1,8 +1,11 @@
-//! Benchmark of the lightning indexer (logits and top-k fused, `kernels/lightning_indexer.cu`):
+//! Benchmark of the lightning indexer (logits and top-k fused, `kernels/lightning_indexer_prefill.cu`
+//! and, paged, `kernels/lightning_indexer.cu`):
 //! TFLOP/s of the logits counted as `2·H_IDX·128` per valid (query token, key) pair, at
 //! (T 4096 over 65536 keys of history plus the chunk causal, H_IDX 64, TOPK 2048), DeepSeek
 //! V3.2's prefill chunk, and at (32768 tokens causal over themselves, H_IDX 32, TOPK 2048),
-//! where a published fused H200 indexer takes 16.1 ms. Beside them, measured in the same run:
+//! where a published fused H200 indexer takes 16.1 ms; each beside the same CTA without the
+//! selection on the same inputs ("logits alone": the product, head sums and scales of every
+//! key), the time the selection adds. Beside them, measured in the same run:
 //! the FP8 matmul rate (`scripts/fp8_matmul_rate.py`, PyTorch `_scaled_mm`, when present) and
 //! the device copy bandwidth.
 //! The paged form (decode) at (B 128, next_n 2, seq_len 65536, H_IDX 64, TOPK 2048), the
@@ -18,6 +21,7 @@ mod common;
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shapeproof::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::F8E4M3;
@@ -25,7 +29,8 @@ use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_ROW_BYTES};
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
 use shapeproof::ops::indexer::{
-    IndexKeys, IndexerQueries, LightningIndexer, PagedIndexerQueries, PagedIndexerWorkspace,
+    IndexKeys, IndexerQueries, LightningIndexer, LightningIndexerKernel, PagedIndexerQueries,
+    PagedIndexerWorkspace, prefill_indexer_smem_bytes,
 };
 use shapeproof::rules::{IndexerHeads, IndexerTopk};
 use shapeproof::tensor::{Cols, Tensor};
@@ -40,8 +45,39 @@ fn e4m3_bytes(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
         .collect()
 }
 
+shapeproof::param_block! {
+    /// The prefill kernel's parameter block (`struct IndexerParams` of
+    /// kernels/lightning_indexer_prefill.cu), for the raw launch of its logits-alone form.
+    pub struct IndexerParams {
+        q: u64,
+        weights: u64,
+        key_start: u64,
+        key_end: u64,
+        k: u64,
+        k_scale: u64,
+        indices: u64,
+        tokens: i32,
+        s_kv: i32,
+    }
+}
+
+/// The prefill CTA without the selection (`lightning_indexer_kernel<H, TOPK, true>`): the
+/// product, head sums and scales of every key, each thread's largest logit written as bits into
+/// `indices`, no admission, vote, cut or sort. Timed beside the fused kernel, it is the "logits
+/// alone" the fused kernel's time is read against; the library never launches it.
+struct LogitsAlone<const H: usize, const TOPK: usize>;
+
+impl<const H: usize, const TOPK: usize> CudaKernel for LogitsAlone<H, TOPK> {
+    const SOURCE: &'static str = LightningIndexerKernel::<H, TOPK>::SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = prefill_indexer_smem_bytes(H, TOPK);
+    type Params = IndexerParams;
+    fn instantiation() -> String {
+        format!("lightning_indexer_kernel<{H}, {TOPK}, true>")
+    }
+}
+
 /// Times one shape: `tokens` query tokens whose ranges are `[0, history + t + 1)` over
-/// `history + tokens` keys.
+/// `history + tokens` keys; then the same inputs through the logits-alone kernel.
 fn bench<const H: usize, const TOPK: usize>(
     g: &Cuda,
     rng: &mut StdRng,
@@ -60,8 +96,9 @@ fn bench<const H: usize, const TOPK: usize>(
     let weights: Vec<f32> = (0..tokens * H)
         .map(|_| rng.random_range(-0.25f32..0.25))
         .collect();
+    let q_host = e4m3_bytes(rng, tokens * H * 128);
     let queries = IndexerQueries::new(
-        Tensor::from_host(g, "q", &e4m3_bytes(rng, tokens * H * 128), tokens).unwrap(),
+        Tensor::from_host(g, "q", &q_host, tokens).unwrap(),
         Tensor::from_host(g, "weights", &weights, tokens).unwrap(),
         Tensor::from_host(g, "key_start", &starts, tokens).unwrap(),
         Tensor::from_host(g, "key_end", &ends, tokens).unwrap(),
@@ -70,8 +107,9 @@ fn bench<const H: usize, const TOPK: usize>(
     let scales: Vec<f32> = (0..s_kv)
         .map(|_| rng.random_range(0.005f32..0.02))
         .collect();
+    let k_host = e4m3_bytes(rng, s_kv * 128);
     let keys = IndexKeys::new(
-        Tensor::from_host(g, "k", &e4m3_bytes(rng, s_kv * 128), s_kv).unwrap(),
+        Tensor::from_host(g, "k", &k_host, s_kv).unwrap(),
         Tensor::from_host(g, "k_scale", &scales, s_kv).unwrap(),
     )
     .unwrap();
@@ -82,10 +120,55 @@ fn bench<const H: usize, const TOPK: usize>(
     });
     let tflops = LightningIndexer::<H, TOPK>::flops(pairs) / (us * 1e-6) / 1e12;
     let of_limit = limit.map_or(f64::NAN, |l| tflops / l);
+
+    // The same inputs through the logits-alone kernel, launched raw (the bench's own copies of
+    // the tensors; the fused call's are inside its checked structs).
+    let q = Tensor::<Cuda, F8E4M3, Cols<128>>::from_host(g, "q", &q_host, tokens * H).unwrap();
+    let w = Tensor::<Cuda, f32, Cols<1>>::from_host(g, "weights", &weights, tokens * H).unwrap();
+    let ks = Tensor::<Cuda, i32, Cols<1>>::from_host(g, "key_start", &starts, tokens).unwrap();
+    let ke = Tensor::<Cuda, i32, Cols<1>>::from_host(g, "key_end", &ends, tokens).unwrap();
+    let k = Tensor::<Cuda, F8E4M3, Cols<128>>::from_host(g, "k", &k_host, s_kv).unwrap();
+    let kscale = Tensor::<Cuda, f32, Cols<1>>::from_host(g, "k_scale", &scales, s_kv).unwrap();
+    let mut out: Tensor<Cuda, i32, Cols<TOPK>> = Tensor::zeros(g, tokens).unwrap();
+    let shape = LaunchShape {
+        grid: (tokens.div_ceil(4) as u32, 1, 1),
+        block: (384, 1, 1),
+        smem_bytes: prefill_indexer_smem_bytes(H, TOPK),
+    };
+    let logits_us = time_us(g, 2, 7, |_| {
+        let (qv, wv, sv, ev, kv, scv) = (
+            q.as_slice(),
+            w.as_slice(),
+            ks.as_slice(),
+            ke.as_slice(),
+            k.as_slice(),
+            kscale.as_slice(),
+        );
+        let mut ov = out.as_slice_mut();
+        let mut args = DeviceArgs::new(g).unwrap();
+        let params = IndexerParams {
+            q: args.read_vectors("q", &qv).unwrap(),
+            weights: args.read("weights", &wv).unwrap(),
+            key_start: args.read("key_start", &sv).unwrap(),
+            key_end: args.read("key_end", &ev).unwrap(),
+            k: args.read_vectors("k", &kv).unwrap(),
+            k_scale: args.read("k_scale", &scv).unwrap(),
+            indices: args.write("indices", &mut ov).unwrap(),
+            tokens: tokens as i32,
+            s_kv: s_kv as i32,
+        };
+        // SAFETY: the buffers hold what the fused call's do (q tokens × H × 128 bytes, weights
+        // tokens × H, the ranges tokens, k s_kv × 128 bytes, k_scale s_kv, indices tokens ×
+        // TOPK), and the kernel is the fused one's CTA under its launch shape; it writes
+        // indices[t, 0 .. 128) of each token only.
+        unsafe { args.launch::<LogitsAlone<H, TOPK>>(shape, &params).unwrap() }
+    });
     println!(
-        "| ({tokens}, {history} + chunk causal, {H}, 128, {TOPK}) | {:.3} | {tflops:.0} | {:.0}% |",
+        "| ({tokens}, {history} + chunk causal, {H}, 128, {TOPK}) | {:.3} | {tflops:.0} | {:.0}% | {:.3} | {:.2} |",
         us / 1e3,
-        of_limit * 100.0
+        of_limit * 100.0,
+        logits_us / 1e3,
+        us / logits_us
     );
     records.push(Record {
         name: format!("indexer_t{tokens}_hist{history}_h{H}_topk{TOPK}"),
@@ -97,6 +180,8 @@ fn bench<const H: usize, const TOPK: usize>(
             ("ms", us / 1e3),
             ("tflops", tflops),
             ("of_fp8_matmul", of_limit),
+            ("logits_alone_ms", logits_us / 1e3),
+            ("over_logits_alone", us / logits_us),
         ],
     });
 }
@@ -256,8 +341,10 @@ fn main() {
             fields: vec![("gbs", copy)],
         },
     ];
-    println!("\n| (T, S_kv, H_IDX, D, TOPK) | ms | TFLOP/s | of FP8 matmul |");
-    println!("|---|---|---|---|");
+    println!(
+        "\n| (T, S_kv, H_IDX, D, TOPK) | ms | TFLOP/s | of FP8 matmul | logits alone ms | over logits alone |"
+    );
+    println!("|---|---|---|---|---|---|");
     bench::<64, 2048>(&g, &mut rng, 4096, 65536, limit, &mut records);
     bench::<32, 2048>(&g, &mut rng, 32768, 0, limit, &mut records);
     bench::<64, 2048>(&g, &mut rng, 4096, 8192, limit, &mut records);

@@ -46,7 +46,12 @@ __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
 // every second block (`bar.red.or` of "my admission could overflow the next two blocks"), and
 // its collective steps use its own named barrier, so neither waits for the other. The protocol
 // is model-checked by bench/harness/indexer_protocol.py.
-template <int H_IDX, int TOPK>
+//
+// LOGITS_ONLY (the benchmark's "logits alone", never a library launch): the same CTA without the
+// selection: each thread keeps the largest logit it computes for its token and writes its bits
+// to indices[t, thread] at the end, so the product and the sums stay; no admission, vote, cut
+// or sort.
+template <int H_IDX, int TOPK, bool LOGITS_ONLY = false>
 __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
     using namespace indexer;
@@ -203,6 +208,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     u32 tau_reg[kTokens] = {0u, 0u};
     // Whether an admission since the last vote left a buffer without room for two blocks.
     bool pending_full = false;
+    float best_logit = -pos_inf();  // LOGITS_ONLY: the largest logit this thread computed
     // Block b's head sums from acc (its product is complete), its admissions and the stage's
     // release; with `vote` (every second block, and the last), the warpgroup's vote on a cut and
     // the cuts it calls for. A vote leaves room for two blocks: CAP - 2 * kBlock >= TOPK.
@@ -235,6 +241,10 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         const int s = lo + b * kBlock + row;
         const float scale = *(const float*)(sk + (b % S) * kStageBytes + kBlockBytes + row * 4);
         mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
+        if constexpr (LOGITS_ONLY) {
+            if (s >= my_lo && s < my_hi) best_logit = fmaxf(best_logit, mine * scale);
+            return;
+        }
         if (s >= my_lo && s < my_hi) {
             const u32 key = order_key(mine * scale);
             if (key > (my_g ? tau_reg[1] : tau_reg[0])) {
@@ -298,6 +308,11 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         consume(acc0, b, true);
     }
     wgmma_wait<0>();
+    if constexpr (LOGITS_ONLY) {
+        const int t = row_of(my_g);
+        if (t >= 0) p.indices[(i64)t * TOPK + gt] = __float_as_int(best_logit);  // TOPK >= 128
+        return;
+    }
 
     // The final cut, the sort (in the token's whole buffer) and the row.
 #pragma unroll

@@ -137,6 +137,28 @@ fn lightning_indexer() {
     merge!(512);
     merge!(256);
     merge!(128);
+    // The logits-alone form the indexer benchmark times beside the fused kernel.
+    for name in [
+        "lightning_indexer_kernel<64, 2048, true>",
+        "lightning_indexer_kernel<32, 2048, true>",
+    ] {
+        let (compiled, report) = compile_kernel_reported(
+            LightningIndexerKernel::<64, 2048>::SOURCE,
+            name,
+            Arch::Sm90a,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            compiled.cubin.starts_with(b"\x7fELF"),
+            "{name}: not an ELF cubin"
+        );
+        for code in WGMMA_SERIALISED {
+            assert!(
+                !report.contains(code),
+                "{name}: ptxas serialised its wgmma ({code})"
+            );
+        }
+    }
 }
 
 #[test]
