@@ -20,7 +20,9 @@
 // many keys at the cut are kept (`need`: the first ones in column order). Last, every warp walks
 // a contiguous part of its CTA's slice twice: once to count the kept keys (a scan over the
 // warps, then over the cluster's CTAs in distributed shared memory), once to write each kept
-// column at its rank, so the row comes out sorted without a sort.
+// column at its rank, so the row comes out sorted without a sort. The cluster's barrier protocol
+// (histogram copies zeroed a pass ahead, counts read across CTAs behind a split barrier) is
+// model-checked by bench/harness/topk_cluster_protocol.py.
 
 // Mirrored by `TopkParams` in src/ops/topk/cuda.rs (checked by the NVRTC tests).
 struct TopkParams {

@@ -2,7 +2,8 @@
 # The project's test command: formatting, lints, every test that runs without a GPU (the
 # candle CPU interop, the compile-fail suite and the NVRTC compilation of every kernel
 # instantiation the crate uses included), the candle example on the CPU, and model checks of
-# the barrier protocols of the 64-head kernel and the indexer's prefill. No GPU needed.
+# the barrier protocols of the 64-head kernel, the indexer's prefill and the top-k's cluster.
+# No GPU needed.
 #
 # NVRTC comes from a CUDA 13 toolkit when one is found (CUDA_HOME, /usr/local/cuda); otherwise
 # the pinned CUDA 13.0 NVRTC wheel (nvidia-cuda-nvrtc, a 90 MB download) is installed into
@@ -40,6 +41,9 @@ python3 bench/harness/wide_vt_protocol.py
 python3 bench/harness/wide_persistent_protocol.py
 # The lightning indexer's prefill CTA: its key ring and its warpgroups' cut votes.
 python3 bench/harness/indexer_protocol.py
+# The top-k's cluster: histogram copies and counts read across CTAs (racecheck does not see
+# another CTA's shared memory).
+python3 bench/harness/topk_cluster_protocol.py
 # bench/RESULTS.md's tables are what bench/render.py makes of the committed run of record.
 step "bench/RESULTS.md matches bench/results/"
 python3 bench/render.py --check
