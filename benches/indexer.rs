@@ -21,7 +21,7 @@ mod common;
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shapeproof::backend::cuda::{CudaKernel, DeviceArgs, LaunchShape};
+use shapeproof::backend::cuda::{CudaKernel, DeviceArgs, check_params};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::F8E4M3;
@@ -30,7 +30,7 @@ use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_ROW_BYTES};
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
 use shapeproof::ops::indexer::{
     IndexKeys, IndexerQueries, LightningIndexer, LightningIndexerKernel, PagedIndexerQueries,
-    PagedIndexerWorkspace, prefill_indexer_smem_bytes,
+    PagedIndexerWorkspace, prefill_indexer_launch_shape, prefill_indexer_smem_bytes,
 };
 use shapeproof::rules::{IndexerHeads, IndexerTopk};
 use shapeproof::tensor::{Cols, Tensor};
@@ -47,7 +47,9 @@ fn e4m3_bytes(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
 
 shapeproof::param_block! {
     /// The prefill kernel's parameter block (`struct IndexerParams` of
-    /// kernels/lightning_indexer_prefill.cu), for the raw launch of its logits-alone form.
+    /// kernels/lightning_indexer_prefill.cu), for the raw launch of its logits-alone form (the
+    /// library's mirror has private fields; this one is checked against the kernel's struct
+    /// with `check_params` before its first launch).
     pub struct IndexerParams {
         q: u64,
         weights: u64,
@@ -130,11 +132,8 @@ fn bench<const H: usize, const TOPK: usize>(
     let k = Tensor::<Cuda, F8E4M3, Cols<128>>::from_host(g, "k", &k_host, s_kv).unwrap();
     let kscale = Tensor::<Cuda, f32, Cols<1>>::from_host(g, "k_scale", &scales, s_kv).unwrap();
     let mut out: Tensor<Cuda, i32, Cols<TOPK>> = Tensor::zeros(g, tokens).unwrap();
-    let shape = LaunchShape {
-        grid: (tokens.div_ceil(4) as u32, 1, 1),
-        block: (384, 1, 1),
-        smem_bytes: prefill_indexer_smem_bytes(H, TOPK),
-    };
+    check_params::<LogitsAlone<H, TOPK>>(g.arch()).unwrap();
+    let shape = prefill_indexer_launch_shape(tokens, H, TOPK);
     let logits_us = time_us(g, 2, 7, |_| {
         let (qv, wv, sv, ev, kv, scv) = (
             q.as_slice(),

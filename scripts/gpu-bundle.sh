@@ -35,13 +35,6 @@ wanted() {
     case ",$only," in *",$1,"*) return 0 ;; esac
     return 1
 }
-# Whether any wanted name starts with $1 (or every name when --only is not given).
-wanted_prefix() {
-    [ -z "$only" ] && return 0
-    case ",$only" in *",$1"*) return 0 ;; esac
-    return 1
-}
-
 # The cargo builds of the selection in source tree $1, target dir $2, as cargo's JSON messages
 # on stdout. The candle CUDA interop (test, example, bench) links candle's CUDA backend, built
 # with the pinned CUDA 13.0 wheels (scripts/cuda-toolkit.sh), in a target dir of its own.

@@ -146,6 +146,17 @@ pub const fn prefill_indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
         + 128) as u32
 }
 
+/// Grid, block and shared memory of a prefill launch over `tokens` query tokens (four a CTA, at
+/// most `i32::MAX` tokens, so the grid fits): what the library launches, and what a benchmark
+/// launching the same CTA raw must use.
+pub fn prefill_indexer_launch_shape(tokens: usize, heads: usize, topk: usize) -> LaunchShape {
+    LaunchShape {
+        grid: (tokens.div_ceil(PREFILL_TOKENS_PER_CTA) as u32, 1, 1),
+        block: (PREFILL_THREADS, 1, 1),
+        smem_bytes: prefill_indexer_smem_bytes(heads, topk),
+    }
+}
+
 /// `lightning_indexer_kernel<H_IDX, TOPK>`: logits and top-k fused, four query tokens a CTA.
 pub struct LightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
@@ -236,11 +247,7 @@ impl IndexerEntry for Cuda {
             tokens: tokens as i32,
             s_kv: s_kv as i32,
         };
-        let shape = LaunchShape {
-            grid: (tokens.div_ceil(PREFILL_TOKENS_PER_CTA) as u32, 1, 1),
-            block: (PREFILL_THREADS, 1, 1),
-            smem_bytes: prefill_indexer_smem_bytes(H_IDX, TOPK),
-        };
+        let shape = prefill_indexer_launch_shape(tokens, H_IDX, TOPK);
         // SAFETY: q holds tokens × H_IDX × 128 bytes, weights tokens × H_IDX, the ranges tokens,
         // k s_kv × 128 bytes, k_scale s_kv and indices tokens × TOPK (tied by the checked
         // structs and `run`); the kernel clamps every range to [0, s_kv] and touches no row of

@@ -33,7 +33,7 @@ pub use cpu::{indexer_logit, order_key};
 pub use cuda::{
     LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
     indexer_candidates, indexer_merge_smem_bytes, indexer_smem_bytes, merge_fan,
-    paged_indexer_split, prefill_indexer_smem_bytes,
+    paged_indexer_split, prefill_indexer_launch_shape, prefill_indexer_smem_bytes,
 };
 
 use std::marker::PhantomData;
