@@ -48,9 +48,13 @@ fn compiles<K: CudaKernel>() {
 /// [`compiles`] with `extra` C++ appended to the source (static assertions that a Rust mirror
 /// of a kernel constant is exact).
 fn compiles_with<K: CudaKernel>(extra: &str) {
-    let name = K::instantiation();
     let source = format!("{}{}\n{extra}", K::SOURCE, layout_asserts::<K::Params>());
-    let (compiled, report) = compile_kernel_reported(&source, &name, Arch::Sm90a)
+    compiles_source(&source, &K::instantiation());
+}
+
+/// The checks of [`compiles`] on instantiation `name` of `source`.
+fn compiles_source(source: &str, name: &str) {
+    let (compiled, report) = compile_kernel_reported(source, name, Arch::Sm90a)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     // `scripts/sass-diff.sh` compares the machine code of two commits from these files.
     if let Some(dir) = std::env::var_os("SHAPEPROOF_CUBIN_DIR") {
@@ -98,67 +102,49 @@ fn mirror(expr: &str, value: u32) -> String {
 fn lightning_indexer() {
     // Both head counts at the top-k widths the tests, the benchmark and the examples use, each
     // with the launch's shared memory (the Rust formula) equal to the kernel's.
-    macro_rules! prefill {
-        ($h:literal, $k:literal) => {
-            compiles_with::<LightningIndexerKernel<$h, $k>>(&mirror(
-                &format!("indexer::prefill_smem_bytes({}, {})", $h, $k),
-                prefill_indexer_smem_bytes($h, $k),
-            ))
-        };
+    fn prefill<const H: usize, const K: usize>() {
+        compiles_with::<LightningIndexerKernel<H, K>>(&mirror(
+            &format!("indexer::prefill_smem_bytes({H}, {K})"),
+            prefill_indexer_smem_bytes(H, K),
+        ));
     }
-    macro_rules! paged {
-        ($h:literal, $k:literal) => {
-            compiles_with::<PagedLightningIndexerKernel<$h, $k>>(&mirror(
-                &format!("indexer::smem_bytes({}, {})", $h, $k),
-                indexer_smem_bytes($h, $k),
-            ))
-        };
+    fn paged<const H: usize, const K: usize>() {
+        compiles_with::<PagedLightningIndexerKernel<H, K>>(&mirror(
+            &format!("indexer::smem_bytes({H}, {K})"),
+            indexer_smem_bytes(H, K),
+        ));
     }
-    macro_rules! merge {
-        ($k:literal) => {
-            compiles_with::<PagedIndexerMergeKernel<$k>>(&mirror(
-                &format!("indexer::merge_smem_bytes({})", $k),
-                indexer_merge_smem_bytes($k),
-            ))
-        };
+    fn merge<const K: usize>() {
+        compiles_with::<PagedIndexerMergeKernel<K>>(&mirror(
+            &format!("indexer::merge_smem_bytes({K})"),
+            indexer_merge_smem_bytes(K),
+        ));
     }
-    prefill!(64, 2048);
-    prefill!(64, 256);
-    prefill!(64, 128);
-    prefill!(32, 2048);
-    prefill!(32, 512);
-    prefill!(32, 128);
-    paged!(64, 2048);
-    paged!(64, 256);
-    paged!(32, 2048);
-    paged!(32, 512);
-    paged!(32, 128);
-    merge!(2048);
-    merge!(512);
-    merge!(256);
-    merge!(128);
-    // The logits-alone form the indexer benchmark times beside the fused kernel.
-    for name in [
-        "lightning_indexer_kernel<64, 2048, true>",
-        "lightning_indexer_kernel<32, 2048, true>",
-    ] {
-        let (compiled, report) = compile_kernel_reported(
-            LightningIndexerKernel::<64, 2048>::SOURCE,
-            name,
-            Arch::Sm90a,
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            compiled.cubin.starts_with(b"\x7fELF"),
-            "{name}: not an ELF cubin"
-        );
-        for code in WGMMA_SERIALISED {
-            assert!(
-                !report.contains(code),
-                "{name}: ptxas serialised its wgmma ({code})"
-            );
-        }
-    }
+    prefill::<64, 2048>();
+    prefill::<64, 256>();
+    prefill::<64, 128>();
+    prefill::<32, 2048>();
+    prefill::<32, 512>();
+    prefill::<32, 128>();
+    paged::<64, 2048>();
+    paged::<64, 256>();
+    paged::<32, 2048>();
+    paged::<32, 512>();
+    paged::<32, 128>();
+    merge::<2048>();
+    merge::<512>();
+    merge::<256>();
+    merge::<128>();
+    // The logits-alone form the indexer benchmark times beside the fused kernel (the same
+    // source and parameter block).
+    type Prefill = LightningIndexerKernel<64, 2048>;
+    let source = format!(
+        "{}{}",
+        Prefill::SOURCE,
+        layout_asserts::<<Prefill as CudaKernel>::Params>()
+    );
+    compiles_source(&source, "lightning_indexer_kernel<64, 2048, true>");
+    compiles_source(&source, "lightning_indexer_kernel<32, 2048, true>");
 }
 
 #[test]
@@ -241,71 +227,59 @@ fn prologue() {
 }
 
 /// Compiles one sparse MLA kernel type for every option and both head dims:
-/// `every_sparse_mla_variant!(Kernel)` or, with a trailing head tile,
-/// `every_sparse_mla_variant!(Kernel, TILE)`.
+/// `every_sparse_mla_variant!(Kernel, smem_mirror)` or, with a trailing head tile,
+/// `every_sparse_mla_variant!(Kernel, smem_mirror, TILE)`.
 macro_rules! every_sparse_mla_variant {
-    ($kernel:ident $(, $tile:expr)?) => {
-        for_each_option!($kernel, 512 $(, $tile)?);
-        for_each_option!($kernel, 576 $(, $tile)?);
+    ($kernel:ident, $smem:ident $(, $tile:literal)?) => {
+        for_each_option!($kernel, $smem, 512 $(, $tile)?);
+        for_each_option!($kernel, $smem, 576 $(, $tile)?);
     };
 }
+/// Every option of one head dim; the plain one also asserts that the launch's shared memory
+/// (the Rust formula, `$smem`) is the kernel's layout.
 macro_rules! for_each_option {
-    ($kernel:ident, $d:literal $(, $tile:expr)?) => {
-        compiles::<$kernel<$d, Plain $(, $tile)?>>();
+    ($kernel:ident, $smem:ident, $d:literal $(, $tile:literal)?) => {
+        compiles_with::<$kernel<$d, Plain $(, $tile)?>>(&$smem::<$d $(, $tile)?>());
         compiles::<$kernel<$d, WithLength $(, $tile)?>>();
         compiles::<$kernel<$d, WithLengthAndSink $(, $tile)?>>();
     };
 }
 
+/// The 64-head kernel's launch shared memory against its layout (`sparse_mla::Smem`).
+fn wide_smem<const D: usize>() -> String {
+    mirror(
+        &format!("sparse_mla::Smem<{D}>::kBytes"),
+        sparse_mla_wide_smem_bytes(D),
+    )
+}
+
+/// The narrow kernel's launch shared memory against its layout, at head tile `TILE`.
+fn narrow_smem<const D: usize, const TILE: usize>() -> String {
+    mirror(
+        &format!(
+            "sparse_mla_narrow::kSmemBytesWith<{D}, {TILE}, sparse_mla_narrow::kQBuffersFor<{D}, {TILE}>>"
+        ),
+        sparse_mla_narrow_smem_bytes(D, TILE),
+    )
+}
+
 #[test]
 fn sparse_mla() {
-    every_sparse_mla_variant!(SparseMlaWideKernel);
-    // The launch's shared memory (the Rust formula) is the kernel's layout.
-    for d in [512, 576] {
-        let check = mirror(
-            &format!("sparse_mla::Smem<{d}>::kBytes"),
-            sparse_mla_wide_smem_bytes(d),
-        );
-        if d == 512 {
-            compiles_with::<SparseMlaWideKernel<512, Plain>>(&check);
-        } else {
-            compiles_with::<SparseMlaWideKernel<576, Plain>>(&check);
-        }
-    }
+    every_sparse_mla_variant!(SparseMlaWideKernel, wide_smem);
 }
 
 /// The narrow-tile kernel (8, 16 and 32 heads).
 #[test]
 fn sparse_mla_narrow() {
-    every_sparse_mla_variant!(SparseMlaNarrowKernel, 8);
-    every_sparse_mla_variant!(SparseMlaNarrowKernel, 16);
-    every_sparse_mla_variant!(SparseMlaNarrowKernel, 32);
-    // The launch's shared memory (the Rust formula) is the kernel's layout, at every tile.
-    macro_rules! narrow_smem {
-        ($d:literal, $tile:literal) => {
-            compiles_with::<SparseMlaNarrowKernel<$d, Plain, $tile>>(&mirror(
-                &format!(
-                    "sparse_mla_narrow::kSmemBytesWith<{0}, {1}, sparse_mla_narrow::kQBuffersFor<{0}, {1}>>",
-                    $d, $tile
-                ),
-                sparse_mla_narrow_smem_bytes($d, $tile),
-            ))
-        };
-    }
-    narrow_smem!(512, 8);
-    narrow_smem!(512, 16);
-    narrow_smem!(512, 32);
-    narrow_smem!(512, 64);
-    narrow_smem!(576, 8);
-    narrow_smem!(576, 16);
-    narrow_smem!(576, 32);
-    narrow_smem!(576, 64);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, narrow_smem, 8);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, narrow_smem, 16);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, narrow_smem, 32);
 }
 
 /// The narrow kernel's 64-head tile (two 32-head consumer warpgroups).
 #[test]
 fn sparse_mla_narrow_64() {
-    every_sparse_mla_variant!(SparseMlaNarrowKernel, 64);
+    every_sparse_mla_variant!(SparseMlaNarrowKernel, narrow_smem, 64);
 }
 
 /// The user kernel of the examples keeps its mirror too.
