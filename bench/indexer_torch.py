@@ -142,6 +142,14 @@ def main():
     def show(x, digits=2):
         return "—" if x is None else f"{x:.{digits}f}"
 
+    def report(name, shape, unit, digits, eager, comp):
+        """One table row and record: PyTorch's times (`unit`) beside the Rust record `name`."""
+        ours = rust.get(name, {}).get(unit)
+        print(f"| {shape} | {show(ours, digits)} | {eager:.1f} | {comp:.1f} | "
+              f"{show(ratio(eager, ours), 1)}x | {show(ratio(comp, ours), 1)}x |")
+        records.append({"name": name, f"shapeproof_{unit}": ours, f"eager_{unit}": eager,
+                        f"compiled_{unit}": comp})
+
     print("| (T, S_kv, H_IDX, TOPK) | shapeproof ms | eager ms | compiled ms | "
           "eager / shapeproof | compiled / shapeproof |")
     print("|---|---|---|---|---|---|")
@@ -157,13 +165,8 @@ def main():
                         fn=lambda: prefill(prefill_chunk, q, w, k, k_scale, ends, out)) / 1e3
         comp = time_us(runs=RUNS, warmup=WARMUP,
                        fn=lambda: prefill(compiled_prefill, q, w, k, k_scale, ends, out)) / 1e3
-        name = f"indexer_t{tokens}_hist{history}_h{heads}_topk{TOPK}"
-        ours = rust.get(name, {}).get("ms")
-        print(f"| ({tokens}, {history} + chunk causal, {heads}, {TOPK}) | {show(ours, 3)} | "
-              f"{eager:.1f} | {comp:.1f} | {show(ratio(eager, ours), 1)}x | "
-              f"{show(ratio(comp, ours), 1)}x |")
-        records.append({"name": name, "shapeproof_ms": ours, "eager_ms": eager,
-                        "compiled_ms": comp})
+        report(f"indexer_t{tokens}_hist{history}_h{heads}_topk{TOPK}",
+               f"({tokens}, {history} + chunk causal, {heads}, {TOPK})", "ms", 3, eager, comp)
         del q, k, w, k_scale, out
         torch.cuda.empty_cache()
 
@@ -185,13 +188,8 @@ def main():
             paged_chunk, q, w, pages, scales, table, seq_len, next_n, out))
         comp = time_us(runs=RUNS, warmup=WARMUP, fn=lambda: paged(
             compiled_paged, q, w, pages, scales, table, seq_len, next_n, out))
-        name = f"indexer_paged_b{batch}_n{next_n}_len{seq_len}_h{PAGED_HEADS}_topk{TOPK}"
-        ours = rust.get(name, {}).get("us")
-        print(f"| ({batch}, {next_n}, {seq_len}, {PAGED_HEADS}, {TOPK}) | {show(ours, 1)} | "
-              f"{eager:.1f} | {comp:.1f} | {show(ratio(eager, ours), 1)}x | "
-              f"{show(ratio(comp, ours), 1)}x |")
-        records.append({"name": name, "shapeproof_us": ours, "eager_us": eager,
-                        "compiled_us": comp})
+        report(f"indexer_paged_b{batch}_n{next_n}_len{seq_len}_h{PAGED_HEADS}_topk{TOPK}",
+               f"({batch}, {next_n}, {seq_len}, {PAGED_HEADS}, {TOPK})", "us", 1, eager, comp)
         del pages, scales, table, q, w, out
         torch.cuda.empty_cache()
     if args.out:
