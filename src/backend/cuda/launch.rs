@@ -554,8 +554,9 @@ impl<'a> DeviceArgs<'a> {
 
 /// After the launch: the launch's reads and writes are recorded in its buffers' events (the
 /// uses `hold` took from cudarc's guards), and every other stream whose buffers it used waits
-/// for the launch. cudarc keeps one read event per buffer, which a later read on the home stream replaces, so without the wait a
-/// buffer could be freed on its home stream while this launch still reads it. Inside a graph
+/// for the launch. cudarc keeps one read event per buffer, which a later read on the home
+/// stream replaces, so without the wait a buffer could be freed on its home stream while this
+/// launch still reads it. Inside a graph
 /// capture the wait is not queued (it would pull the home stream into the capture): ordering
 /// a captured launch against other streams is the capturing caller's.
 impl Drop for DeviceArgs<'_> {
