@@ -235,33 +235,71 @@ __device__ __forceinline__ void issue_block_product(float (&acc)[ACC], u32 stage
     wgmma_commit();
 }
 
-// A token's row from its n <= TOPK selected candidates (positions in `pos`, the token's buffer
-// of CAP keys before them free): the positions sorted ascending inside the buffer, then written
-// as index_of(position), -1 after them. Every thread of the warpgroup calls it.
+// A token's row from its n <= TOPK selected candidates (positions in `pos`, every one in
+// [lo, hi); the token's buffer of 2 CAP words, its keys then its positions, is free once they are
+// read): the positions in ascending order written as index_of(position), -1 after them. No
+// comparison sort: the positions are marked in a bitmap over the range, kept in the buffer
+// (64 CAP positions at a time: a longer range takes several windows), and each thread writes the
+// positions of its run of the bitmap's words at the number of marks before the run. Every
+// thread of the warpgroup calls it.
 template <int CAP, int TOPK, class IndexOf>
-__device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int n, const Group& grp,
-                                                 i32* out, IndexOf index_of) {
-    constexpr int SORT = pow2_at_least(TOPK);
-    constexpr int E = (CAP + kThreads - 1) / kThreads;
-    static_assert(SORT <= 2 * CAP, "the sort runs inside a token's candidate buffer");
-    i32* sorted = (i32*)keys;  // the keys are done with: SORT <= 2 * CAP slots
+__device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int n, int lo, int hi, int* red,
+                                                 int& parity, const Group& grp, i32* out, IndexOf index_of) {
+    constexpr int E = (TOPK + kThreads - 1) / kThreads;  // positions a thread holds
+    constexpr int WORDS = 2 * CAP;                       // the bitmap: the token's whole buffer
+    constexpr int WINDOW = 32 * WORDS;                   // positions one bitmap covers
     i32 mine[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         const int i = grp.tid + e * kThreads;
-        mine[e] = i < n ? pos[i] : 0x7fffffff;
+        mine[e] = i < n ? pos[i] : -1;
     }
-    grp.sync();  // every position read before the keys' slots are overwritten
+    u32* bits = keys;  // [WORDS]
+    const int lane = grp.tid & 31, warp = grp.tid >> 5;
+    const int windows = hi > lo && n > 0 ? (int)(((i64)hi - lo + WINDOW - 1) / WINDOW) : 0;
+    int written = 0;
+    for (int k = 0; k < windows; ++k) {  // uniform over the warpgroup
+        const int w0 = lo + k * WINDOW;
+        const int span = min(hi - w0, WINDOW);  // positions w0 .. w0 + span - 1
+        const int words = (span + 31) >> 5;
+        grp.sync();  // every position read (and the last window's words) before the clear
+        for (int i = grp.tid; i < words; i += kThreads) bits[i] = 0u;
+        grp.sync();
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-        const int i = grp.tid + e * kThreads;
-        if (i < SORT) sorted[i] = mine[e];
+        for (int e = 0; e < E; ++e) {
+            const u32 d = (u32)(mine[e] - w0);
+            if (mine[e] >= 0 && d < (u32)span) atomicOr(bits + (d >> 5), 1u << (d & 31));
+        }
+        grp.sync();
+        // Thread tid's run: words [tid * per, tid * per + per); its marks go after those of the
+        // runs before it (an exclusive scan over the warpgroup).
+        const int per = (words + kThreads - 1) / kThreads;
+        const int run_lo = min(grp.tid * per, words), run_hi = min(run_lo + per, words);
+        int marks = 0;
+        for (int i = run_lo; i < run_hi; ++i) marks += __popc(bits[i]);
+        int incl = marks;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int o = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += o;
+        }
+        int* slot = red + parity * 4;
+        parity ^= 1;
+        if (lane == 31) slot[warp] = incl;
+        grp.sync();
+        int at = written + incl - marks, total = 0;
+#pragma unroll
+        for (int w = 0; w < kThreads / 32; ++w) {
+            at += w < warp ? slot[w] : 0;
+            total += slot[w];
+        }
+        for (int i = run_lo; i < run_hi; ++i) {
+            for (u32 x = bits[i]; x != 0u; x &= x - 1u) out[at++] = index_of(w0 + 32 * i + __ffs(x) - 1);
+        }
+        written += total;
     }
-    for (int i = grp.tid + CAP; i < SORT; i += kThreads) sorted[i] = 0x7fffffff;
-    grp.sync();
-    sort_positions<SORT, kThreads>(sorted, grp.tid, [&] { grp.sync(); });
-    for (int i = grp.tid; i < TOPK; i += kThreads) out[i] = i < n ? index_of(sorted[i]) : -1;
-    grp.sync();
+    for (int i = written + grp.tid; i < TOPK; i += kThreads) out[i] = -1;
+    grp.sync();  // the buffer is read before the caller reuses it
 }
 
 }  // namespace indexer

@@ -241,8 +241,11 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
             const float2 w = *(const float2*)(sw + 8 * j + 2 * quad);
-            part[g][0] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
-            part[g][1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
+            // One fused multiply-add a head (a sum of products would cost a multiply and an add).
+            part[g][0] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0]);
+            part[g][0] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0]);
+            part[g][1] = fmaf(fmaxf(acc[4 * j + 2], 0.f), w.x, part[g][1]);
+            part[g][1] = fmaf(fmaxf(acc[4 * j + 3], 0.f), w.y, part[g][1]);
         }
 #pragma unroll
         for (int g = 0; g < kTokens; ++g) {
@@ -353,8 +356,8 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
             __syncthreads();  // the list is read before the next token's cut reuses the scratch
             continue;
         }
-        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, grp, indices + (i64)t * TOPK,
-                                    [&](int s) { return keys.index_of(s); });
+        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, lo, hi, red, parity, grp,
+                                    indices + (i64)t * TOPK, [&](int s) { return keys.index_of(s); });
     }
 }
 template <int H_IDX, int TOPK>

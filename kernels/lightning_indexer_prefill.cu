@@ -111,33 +111,51 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         if (tid >= kWgs * kThreads + 32) return;
         // Producer warp: block b's 64 key rows (16-byte copies into the canonical layout) and
         // scales into stage b % S once the consumers released its last use. Rows past the
-        // union are zero-filled without a read.
+        // union are zero-filled without a read. (Only one warp: the producer runs ahead and
+        // waits on the empty barriers, and more waiting warps took issue slots from the
+        // consumers.)
+        //
+        // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the eight
+        // rows of one 16-channel column, 128 contiguous bytes of the canonical layout (no bank
+        // conflict), and read 16 bytes of each row (a copy reads 16 whole sectors). Lane l's
+        // copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 + 4 (i % 2)): its source and
+        // destination offsets are the lane's own plus constants of i.
         const int lane = tid & 31;
+        const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
+        const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
         for (int b = 0; b < blocks; ++b) {
             const int st = b % S;
             if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
             const int first = lo + b * kBlock;
-            const u32 dst = smem_addr(sk + st * kStageBytes);
-            const u8* kb = p.k + (i64)first * kD;
-            // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the
-            // eight rows of one 16-channel column, 128 contiguous bytes of the canonical layout
-            // (no bank conflict), and read 16 bytes of each row (a copy reads 16 whole sectors).
+            const u32 dst = smem_addr(sk + st * kStageBytes) + lane_dst;
+            const u8* src = p.k + (i64)first * kD + lane_src;
+            if (first + kBlock <= hi) {  // a whole block: no row to check
 #pragma unroll
-            for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
-                const int r = 8 * (i >> 1) + (lane & 7), c = (lane >> 3) + 4 * (i & 1);
-                const bool valid = first + r < hi;
-                cp_async_16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16,
-                            valid ? (const void*)(kb + r * kD + c * 16) : (const void*)p.k,
-                            valid ? 16u : 0u);
-            }
+                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i)
+                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512, src + (i >> 1) * 8 * kD + (i & 1) * 64, 16u);
 #pragma unroll
-            for (int i = 0; i < kBlock / 32; ++i) {
-                const int r = lane + 32 * i;
-                const bool valid = first + r < hi;
-                const void* src = valid ? (const void*)(p.k_scale + first + r) : (const void*)p.k_scale;
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + kBlockBytes + r * 4),
-                             "l"(src), "r"(valid ? 4u : 0u)
-                             : "memory");
+                for (int i = 0; i < kBlock / 32; ++i) {
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst - lane_dst + kBlockBytes + (lane + 32 * i) * 4),
+                                 "l"(p.k_scale + first + lane + 32 * i)
+                                 : "memory");
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
+                    const bool valid = first + 8 * (i >> 1) + (lane & 7) < hi;
+                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512,
+                                valid ? (const void*)(src + (i >> 1) * 8 * kD + (i & 1) * 64) : (const void*)p.k,
+                                valid ? 16u : 0u);
+                }
+#pragma unroll
+                for (int i = 0; i < kBlock / 32; ++i) {
+                    const int r = lane + 32 * i;
+                    const bool valid = first + r < hi;
+                    const void* from = valid ? (const void*)(p.k_scale + first + r) : (const void*)p.k_scale;
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst - lane_dst + kBlockBytes + r * 4),
+                                 "l"(from), "r"(valid ? 4u : 0u)
+                                 : "memory");
+                }
             }
             mbar_arrive_cp_async(full_bar(st));
         }
@@ -223,8 +241,11 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
             const float2 w = *(const float2*)(my_w + 8 * j + 2 * quad);
-            part[g][0][j & 1] += fmaxf(acc[4 * j + 0], 0.f) * w.x + fmaxf(acc[4 * j + 1], 0.f) * w.y;
-            part[g][1][j & 1] += fmaxf(acc[4 * j + 2], 0.f) * w.x + fmaxf(acc[4 * j + 3], 0.f) * w.y;
+            // One fused multiply-add a head (a sum of products would cost a multiply and an add).
+            part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0][j & 1]);
+            part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0][j & 1]);
+            part[g][1][j & 1] = fmaf(fmaxf(acc[4 * j + 2], 0.f), w.x, part[g][1][j & 1]);
+            part[g][1][j & 1] = fmaf(fmaxf(acc[4 * j + 3], 0.f), w.y, part[g][1][j & 1]);
         }
         float sum[kTokens][2];
 #pragma unroll
@@ -324,7 +345,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
             n = TOPK;
         }
-        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, grp, p.indices + (i64)t * TOPK,
-                                    [](int s) { return s; });
+        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, lo, hi, red, parity, grp,
+                                    p.indices + (i64)t * TOPK, [](int s) { return s; });
     }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Model check of the barrier protocol of the lightning indexer's prefill CTA,
-`lightning_indexer_kernel` in kernels/lightning_indexer.cu.
+`lightning_indexer_kernel` in kernels/lightning_indexer_prefill.cu.
 
 A producer warp fills a ring of key stages (each completing on its `full` mbarrier); two
 consumer warpgroups of four warps each take every block: a warp issues its part of the
