@@ -13,11 +13,11 @@
 //
 // Top-k without a logit round trip: each token keeps a candidate buffer of
 // CAP = TOPK + max(TOPK / 2, 128) (ordered key, position) pairs in shared memory. A logit is
-// admitted when it beats the token's threshold (the TOPK-th best candidate so far); when a
-// buffer could overflow on the next blocks it is cut back to exactly its TOPK best (bit-descent
-// selection over the ordered keys, ties on the position) and the threshold rises. Keys arrive in
-// ascending position, so after a cut a logit equal to the threshold can never win a tie:
-// admission is strictly greater.
+// admitted when it beats the token's threshold; when a buffer could overflow on the next blocks
+// it is cut (cut_to_topk: loosely while keys arrive, exactly at the end) and the threshold rises.
+// Keys arrive in ascending position, so after an exact cut a logit equal to the threshold (the
+// TOPK-th best) can never win a tie: admission is strictly greater. The row is written in
+// ascending position from a bitmap of the selected positions (write_sorted_row).
 //
 // Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
 // Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before
@@ -101,26 +101,44 @@ __device__ __forceinline__ int block_sum(int c, int* red, int& parity, const Gro
 }
 
 // The `rank`-th largest (1-based) of the values v[e] where live[e], over the warpgroup: the
-// largest x with at least `rank` live values >= x (bit descent, 32 counts).
+// largest x with at least `rank` live values >= x (bit descent, up to 32 counts). `at` holds the
+// number of live values >= the result (pass the number of live values); with `stop_at` > 0 the
+// descent stops early, at a prefix of the result that at most `stop_at` live values reach.
 template <int E>
 __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)[E], int rank,
-                                           int* red, int& parity, const Group& grp) {
+                                           int* red, int& parity, const Group& grp, int& at,
+                                           int stop_at = 0) {
     u32 prefix = 0;
-    for (int bit = 31; bit >= 0; --bit) {
+    for (int bit = 31; bit >= 0 && at > stop_at; --bit) {  // uniform: `at` is a warpgroup sum
         const u32 cand = prefix | (1u << bit);
         int c = 0;
 #pragma unroll
         for (int e = 0; e < E; ++e) c += (live[e] && v[e] >= cand) ? 1 : 0;
-        if (block_sum(c, red, parity, grp) >= rank) prefix = cand;
+        const int reach = block_sum(c, red, parity, grp);
+        if (reach >= rank) {
+            prefix = cand;
+            at = reach;
+        }
     }
     return prefix;
 }
 
-// Cuts a token's candidates (n of them, n > TOPK) to exactly its TOPK best, in place, and
-// returns the threshold key (the TOPK-th best). Every thread of the warpgroup calls it.
-template <int CAP, int TOPK>
-__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp) {
+// Cuts a token's candidates (n of them, n > TOPK) in place, and returns the admission threshold
+// that follows (a later logit is admitted when its key is greater). Every thread of the
+// warpgroup calls it.
+// - Exact (LOOSE false): exactly the TOPK best remain (`kept` = TOPK); the threshold is the
+//   TOPK-th best key: a later logit equal to it loses the tie to every kept one.
+// - Loose (LOOSE true, a cut while keys still arrive): every candidate whose key is at least a
+//   prefix of the TOPK-th best remains, once at most TOPK + SLACK of them do; the threshold
+//   admits keys from that prefix on. Nothing that can still be among the TOPK best is dropped
+//   (at least TOPK kept keys beat anything below the prefix), and the descent stops after about
+//   half of the 32 counts of an exact cut. Where equal keys keep more than TOPK + SLACK in
+//   the running, the cut is exact.
+template <int CAP, int TOPK, bool LOOSE = false>
+__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp, int& kept) {
     constexpr int E = (CAP + kThreads - 1) / kThreads;
+    // What a loose cut may keep beyond TOPK: a quarter of the room a cut leaves for two blocks.
+    constexpr int SLACK = (CAP - 2 * kBlock - TOPK) / 4;
     u32 k[E];
     i32 p[E];
     bool live[E];
@@ -131,18 +149,22 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         k[e] = live[e] ? keys[i] : 0u;
         p[e] = live[e] ? pos[i] : 0;
     }
-    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity, grp);
+    int at = n;
+    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity, grp, at, LOOSE ? TOPK + SLACK : 0);
+    const bool loose = LOOSE && at <= TOPK + SLACK;  // uniform
     int gt = 0, eq = 0;
+    if (!loose) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-        gt += (live[e] && k[e] > tau) ? 1 : 0;
-        eq += (live[e] && k[e] == tau) ? 1 : 0;
+        for (int e = 0; e < E; ++e) {
+            gt += (live[e] && k[e] > tau) ? 1 : 0;
+            eq += (live[e] && k[e] == tau) ? 1 : 0;
+        }
+        gt = block_sum(gt, red, parity, grp);
+        eq = block_sum(eq, red, parity, grp);
     }
-    gt = block_sum(gt, red, parity, grp);
-    eq = block_sum(eq, red, parity, grp);
     const int need = TOPK - gt;  // ties at tau to keep: the lowest positions
     u32 tie_cut = 0;             // keep a tie when ~position >= tie_cut
-    if (eq > need) {
+    if (!loose && eq > need) {
         u32 inv[E];
         bool tie[E];
 #pragma unroll
@@ -150,14 +172,15 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
             inv[e] = ~(u32)p[e];
             tie[e] = live[e] && k[e] == tau;
         }
-        tie_cut = kth_largest<E>(inv, tie, need, red, parity, grp);
+        int ties = eq;
+        tie_cut = kth_largest<E>(inv, tie, need, red, parity, grp, ties);
     }
     // Ordered compaction: a thread's kept entries go after those of the lower threads.
     bool keep[E];
     int mine = 0;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        keep[e] = live[e] && (k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
+        keep[e] = live[e] && (loose ? k[e] >= tau : k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
         mine += keep[e] ? 1 : 0;
     }
     const int lane = grp.tid & 31, warp = grp.tid >> 5;
@@ -182,7 +205,8 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         }
     }
     grp.sync();
-    return tau;
+    kept = loose ? at : TOPK;
+    return loose ? (tau > 0u ? tau - 1u : 0u) : tau;
 }
 
 // Sorts pos[0 .. P) ascending (P a power of two), by the THREADS threads that call it (`tid`

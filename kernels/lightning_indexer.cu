@@ -269,14 +269,16 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         }
         __syncthreads();  // the admissions are counted; every thread's wgmma of block b is done
         load_block(b + kStages);  // into block b's stage
-        // A buffer that the next block could overflow is cut to its TOPK best.
+        // A buffer that the next block could overflow is cut (loosely: to its TOPK best and at
+        // most a slack of others).
 #pragma unroll
         for (int g = 0; g < kTokens; ++g) {
             const int n = count[g];
             if (n > CAP - kBlock) {
-                const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
+                int kept;
+                const u32 cut = cut_to_topk<CAP, TOPK, true>(cand_key(g), cand_pos(g), n, red, parity, grp, kept);
                 if (tid == 0) {
-                    count[g] = TOPK;
+                    count[g] = kept;
                     tau[g] = cut;
                 }
                 __syncthreads();
@@ -349,8 +351,7 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
         if (t < 0) continue;  // uniform over the CTA
         int n = count[g];
         if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
-            n = TOPK;
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp, n);
         }
         if (keys.template write_partial<TOPK>(t, cand_key(g), cand_pos(g), n)) {
             __syncthreads();  // the list is read before the next token's cut reuses the scratch

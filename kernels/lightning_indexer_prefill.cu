@@ -286,9 +286,10 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
             for (int g = 0; g < kTokens; ++g) {
                 const int n = my_count[g];
                 if (n > CAP - 2 * kBlock) {
-                    const u32 cut = cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
+                    int kept;
+                    const u32 cut = cut_to_topk<CAP, TOPK, true>(cand_key(g), cand_pos(g), n, red, parity, grp, kept);
                     if (gt == 0) {
-                        my_count[g] = TOPK;
+                        my_count[g] = kept;
                         my_tau[g] = cut;
                     }
                     grp.sync();
@@ -343,8 +344,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         if (t < 0) continue;  // uniform over the warpgroup
         int n = my_count[g];
         if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp);
-            n = TOPK;
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp, n);
         }
         write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, lo, hi, red, parity, grp,
                                     p.indices + (i64)t * TOPK, [](int s) { return s; });
