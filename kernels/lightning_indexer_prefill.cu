@@ -38,8 +38,8 @@ __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
 }  // namespace indexer
 
 // The prefill: keys [s_kv, 128] and scales [s_kv] in rows. A CTA takes query tokens t0 .. t0 + 3
-// (the heavier, later causal ones first) and streams the union of their ranges once: a
-// producer warpgroup copies each 64-key block and its scales into a ring of six
+// (the heavier, later causal ones first) and streams the union of their ranges once: the first
+// warp of a producer warpgroup copies each 64-key block and its scales into a ring of six
 // stages (cp.async, completing on the stage's full barrier), and two consumer warpgroups, each
 // with two of the tokens (its own Q tile, candidates and counters), run the product, sums and
 // admissions on every block and release the stage. A warpgroup agrees on a cut with one barrier
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     auto empty_bar = [&](int s) { return smem_addr(bars + S + s); };
 
     const int tid = threadIdx.x;
-    const int wg = tid / kThreads;  // 0, 1: consumers; 2: the producer
+    const int wg = tid / kThreads;  // 0, 1: consumers; 2: the producer (its first warp copies)
     const int t0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * kPrefillTokens;
 
     // The CTA's key rows: the union of its tokens' clamped ranges (every thread computes it).
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
 
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(full_bar(s), kThreads);          // the producer's threads
+            mbar_init(full_bar(s), 32);                // the producer's lanes
             mbar_init(empty_bar(s), kWgs * kThreads);  // every consumer thread
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -108,59 +108,58 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
 
     if (wg == kWgs) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kPrefillProducerRegs));
-        // Producer warpgroup: block b's 64 key rows (16-byte copies into the canonical layout)
-        // and scales into stage b % S once the consumers released its last use; warp pw copies
-        // rows 16 pw .. + 15 and their scales. Only warp 0 waits on the empty barrier (the others
-        // wait for it at the warpgroup's named barrier, taking no issue slots from the consumers
-        // meanwhile). Rows past the union are zero-filled without a read.
+        if (tid >= kWgs * kThreads + 32) return;
+        // Producer warp: block b's 64 key rows (16-byte copies into the canonical layout) and
+        // scales into stage b % S once the consumers released its last use. Rows past the
+        // union are zero-filled without a read. (Only one warp: the producer runs ahead and
+        // waits on the empty barriers, and more waiting warps took issue slots from the
+        // consumers.)
         //
-        // Copy i (four a warp, i = 4 pw .. 4 pw + 3): rows 8 (i / 2) .. + 7, channels 64 (i % 2)
-        // .. + 63; eight lanes write the eight rows of one 16-channel column, 128 contiguous bytes
-        // of the canonical layout (no bank conflict), and read 16 bytes of each row. Lane l's
+        // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the eight
+        // rows of one 16-channel column, 128 contiguous bytes of the canonical layout (no bank
+        // conflict), and read 16 bytes of each row (a copy reads 16 whole sectors). Lane l's
         // copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 + 4 (i % 2)): its source and
         // destination offsets are the lane's own plus constants of i.
-        const int pw = (tid - kWgs * kThreads) >> 5, lane = tid & 31;
-        const int lane_src = (8 * (2 * pw) + (lane & 7)) * kD + (lane >> 3) * 16;
-        const u32 lane_dst = 2 * pw * 1024 + (lane >> 3) * 128 + (lane & 7) * 16;
-        const int scale_row = 16 * pw + (lane & 15);  // the first 16 lanes copy a scale
+        const int lane = tid & 31;
+        const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
+        const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
         for (int b = 0; b < blocks; ++b) {
             const int st = b % S;
-            if (b >= S) {
-                if (pw == 0) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
-                named_barrier_sync(3, kThreads);
-            }
+            if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
             const int first = lo + b * kBlock;
-            const u32 stage = smem_addr(sk + st * kStageBytes);
-            const u32 dst = stage + lane_dst;
+            const u32 dst = smem_addr(sk + st * kStageBytes) + lane_dst;
             const u8* src = p.k + (i64)first * kD + lane_src;
             if (first + kBlock <= hi) {  // a whole block: no row to check
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    cp_async_16(dst + (j >> 1) * 1024 + (j & 1) * 512, src + (j >> 1) * 8 * kD + (j & 1) * 64, 16u);
-                if (lane < 16) {
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(stage + kBlockBytes + scale_row * 4),
-                                 "l"(p.k_scale + first + scale_row)
+                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i)
+                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512, src + (i >> 1) * 8 * kD + (i & 1) * 64, 16u);
+#pragma unroll
+                for (int i = 0; i < kBlock / 32; ++i) {
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst - lane_dst + kBlockBytes + (lane + 32 * i) * 4),
+                                 "l"(p.k_scale + first + lane + 32 * i)
                                  : "memory");
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const bool valid = first + 16 * pw + 8 * (j >> 1) + (lane & 7) < hi;
-                    cp_async_16(dst + (j >> 1) * 1024 + (j & 1) * 512,
-                                valid ? (const void*)(src + (j >> 1) * 8 * kD + (j & 1) * 64) : (const void*)p.k,
+                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
+                    const bool valid = first + 8 * (i >> 1) + (lane & 7) < hi;
+                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512,
+                                valid ? (const void*)(src + (i >> 1) * 8 * kD + (i & 1) * 64) : (const void*)p.k,
                                 valid ? 16u : 0u);
                 }
-                if (lane < 16) {
-                    const bool valid = first + scale_row < hi;
-                    const void* from = valid ? (const void*)(p.k_scale + first + scale_row) : (const void*)p.k_scale;
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(stage + kBlockBytes + scale_row * 4),
+#pragma unroll
+                for (int i = 0; i < kBlock / 32; ++i) {
+                    const int r = lane + 32 * i;
+                    const bool valid = first + r < hi;
+                    const void* from = valid ? (const void*)(p.k_scale + first + r) : (const void*)p.k_scale;
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst - lane_dst + kBlockBytes + r * 4),
                                  "l"(from), "r"(valid ? 4u : 0u)
                                  : "memory");
                 }
             }
             mbar_arrive_cp_async(full_bar(st));
         }
-        // A thread leaves only once its copies have landed (their arrivals are then done too).
+        // The warp leaves only once its copies have landed (their arrivals are then done too).
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }

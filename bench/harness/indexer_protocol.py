@@ -2,10 +2,7 @@
 """Model check of the barrier protocol of the lightning indexer's prefill CTA,
 `lightning_indexer_kernel` in kernels/lightning_indexer_prefill.cu.
 
-A producer warpgroup's four warps fill a ring of key stages (a quarter of each block a warp; a
-stage completes on its `full` mbarrier once all four arrived; before writing a stage again, warp
-0 waits on its `empty` mbarrier and the others wait for warp 0 at a named barrier, modelled here
-as each warp waiting on `empty` itself, which admits the same schedules); two
+A producer warp fills a ring of key stages (each completing on its `full` mbarrier); two
 consumer warpgroups of four warps each take every block: a warp issues its part of the
 warpgroup's product of block b (a wgmma reads the stage), waits for the product before (the
 product of a block completes once all four warps of the warpgroup issued it), then runs
@@ -34,12 +31,11 @@ from wide_vt_protocol import Barrier, ProtocolError, Slot, check, schedule, unti
 STAGES = 6  # indexer::kPrefillStages
 WARPS = 4  # warps of a consumer warpgroup
 WGS = 2  # consumer warpgroups
-PRODUCER_WARPS = 4  # warps of the producer warpgroup, each copying a quarter of a block
 
 
 def run(blocks, rng, broken=None):
     """One random schedule of one CTA over `blocks` key blocks."""
-    full = [Barrier(PRODUCER_WARPS) for _ in range(STAGES)]  # the producer warps' copies
+    full = [Barrier(1) for _ in range(STAGES)]  # the producer's copies (its lanes as one)
     empty = [Barrier(WGS * WARPS) for _ in range(STAGES)]
     stage = [Slot(f"stage {s}") for s in range(STAGES)]
     issued = [dict() for _ in range(WGS)]  # warpgroup -> block -> warps that issued its product
@@ -124,7 +120,7 @@ def run(blocks, rng, broken=None):
             yield done(b)
             yield from consume(b, True)
 
-    actors = [producer() for _ in range(PRODUCER_WARPS)] + [consumer(wg, w) for wg in range(WGS) for w in range(WARPS)]
+    actors = [producer()] + [consumer(wg, w) for wg in range(WGS) for w in range(WARPS)]
     schedule(actors, rng)
 
 
