@@ -289,14 +289,27 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
                 }
                 if splits > 1 {
                     assert!(per >= 4, "{what}: splits of fewer than 4 pages");
-                    assert!(
-                        pairs * splits < 2 * sms + pairs,
-                        "{what}: more CTAs than needed"
-                    );
+                }
+                // Modelled time (waves of CTAs in the 2 · sms slots × a CTA's pages and a fixed
+                // 4) no worse than any other split count the rule allows.
+                let slots = 2 * sms;
+                let time = |s: usize, per: usize| (pairs * s).div_ceil(slots) * (per + 4);
+                if pairs < slots {
+                    for other in 1..=max_pages.div_ceil(4).max(1) {
+                        let other_per = max_pages.div_ceil(other).max(1);
+                        assert!(
+                            time(splits, per)
+                                <= time(max_pages.div_ceil(other_per).max(1), other_per),
+                            "{what}: {splits} splits of {per} pages model slower than {other}"
+                        );
+                    }
                 }
             }
         }
     }
+    // The benchmark's full batch of pairs on an H100 / H200: one wave of 2 splits, not two
+    // waves of 3.
+    assert_eq!(paged_indexer_split(132, 128, 1024), (2, 512));
     assert_eq!(merge_fan(2048), 8);
     assert_eq!(merge_fan(128), 128);
 }

@@ -104,12 +104,26 @@ pub const fn indexer_merge_smem_bytes(topk: usize) -> u32 {
 }
 
 /// The split of a paged call over `pairs` query pairs and block tables of `max_pages` pages on
-/// a GPU of `sms` SMs: enough CTAs for two a SM (the kernel's occupancy), at least
-/// `MIN_BLOCKS_PER_SPLIT` pages a split; a batch that fills the GPU is not split.
+/// a GPU of `sms` SMs, as (splits, pages a split). A batch that fills the GPU's `2 · sms` CTA
+/// slots (the kernel's occupancy) is not split. A smaller one takes the split count, at least
+/// `MIN_BLOCKS_PER_SPLIT` pages a split, with the least modelled time: the waves of CTAs the
+/// slots run times a CTA's pages and a fixed cost of `MIN_BLOCKS_PER_SPLIT` pages (its start,
+/// last cut and list; ties to fewer splits: less to merge). Only filling the slots is not
+/// enough: 128 pairs in 264 slots split in 3 run two waves (the second of 120 CTAs) of 342
+/// pages, in 2 one wave of 512.
 pub fn paged_indexer_split(sms: usize, pairs: usize, max_pages: usize) -> (usize, usize) {
-    let wanted = (2 * sms)
-        .div_ceil(pairs.max(1))
-        .clamp(1, max_pages.div_ceil(MIN_BLOCKS_PER_SPLIT).max(1));
+    let slots = (2 * sms).max(1);
+    let pairs = pairs.max(1);
+    if pairs >= slots {
+        return (1, max_pages.max(1));
+    }
+    let most = max_pages.div_ceil(MIN_BLOCKS_PER_SPLIT).max(1);
+    let time = |splits: usize| {
+        (pairs * splits).div_ceil(slots) * (max_pages.div_ceil(splits) + MIN_BLOCKS_PER_SPLIT)
+    };
+    let wanted = (1..=most)
+        .min_by_key(|&splits| (time(splits), splits))
+        .unwrap_or(1);
     let per_split = max_pages.div_ceil(wanted).max(1);
     (max_pages.div_ceil(per_split).max(1), per_split)
 }
