@@ -100,16 +100,42 @@ __device__ __forceinline__ int block_sum(int c, int* red, int& parity, const Gro
     return sum;
 }
 
+// The largest of the threads' `v` over a warpgroup, one barrier (the scratch slots of
+// block_sum).
+__device__ __forceinline__ u32 block_max(u32 v, int* red, int& parity, const Group& grp) {
+    v = __reduce_max_sync(0xffffffffu, v);
+    int* slot = red + parity * 4;
+    if ((grp.tid & 31) == 0) slot[grp.tid >> 5] = (int)v;
+    parity ^= 1;
+    grp.sync();
+    u32 m = 0u;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) m = max(m, (u32)slot[w]);
+    return m;
+}
+
 // The `rank`-th largest (1-based) of the values v[e] where live[e], over the warpgroup: the
-// largest x with at least `rank` live values >= x (bit descent, up to 32 counts). `at` holds the
-// number of live values >= the result (pass the number of live values); with `stop_at` > 0 the
-// descent stops early, at a prefix of the result that at most `stop_at` live values reach.
+// largest x with at least `rank` live values >= x. `at` holds the number of live values >= the
+// result (pass the number of live values, at least `rank`); with `stop_at` > 0 the descent
+// stops early, at a prefix of the result that at most `stop_at` live values reach. The result
+// lies between the smallest and the largest live value, so it shares the bits above their
+// highest differing bit (two barriers find them): a bit descent from there, one count a bit.
 template <int E>
 __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)[E], int rank,
                                            int* red, int& parity, const Group& grp, int& at,
                                            int stop_at = 0) {
-    u32 prefix = 0;
-    for (int bit = 31; bit >= 0 && at > stop_at; --bit) {  // uniform: `at` is a warpgroup sum
+    u32 most = 0u, least_inv = 0u;  // the largest live value, and the largest ~value
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        most = live[e] ? max(most, v[e]) : most;
+        least_inv = live[e] ? max(least_inv, ~v[e]) : least_inv;
+    }
+    most = block_max(most, red, parity, grp);
+    const u32 least = ~block_max(least_inv, red, parity, grp);
+    if (least == most) return most;  // every live value is the same (at = every live one)
+    const int top = 31 - __clz(least ^ most);  // the highest bit where they differ
+    u32 prefix = most & ~((2u << top) - 1u);   // the bits above it (2u << 31 wraps to 0)
+    for (int bit = top; bit >= 0 && at > stop_at; --bit) {  // uniform: `at` is a warpgroup sum
         const u32 cand = prefix | (1u << bit);
         int c = 0;
 #pragma unroll
@@ -131,9 +157,9 @@ __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)
 // - Loose (LOOSE true, a cut while keys still arrive): every candidate whose key is at least a
 //   prefix of the TOPK-th best remains, once at most TOPK + SLACK of them do; the threshold
 //   admits keys from that prefix on. Nothing that can still be among the TOPK best is dropped
-//   (at least TOPK kept keys beat anything below the prefix), and the descent stops after about
-//   half of the 32 counts of an exact cut. Where equal keys keep more than TOPK + SLACK in
-//   the running, the cut is exact.
+//   (at least TOPK kept keys beat anything below the prefix), and the descent stops as soon as
+//   the prefix is that narrow (about half the counts of an exact cut). Where equal keys keep
+//   more than TOPK + SLACK in the running, the cut is exact.
 template <int CAP, int TOPK, bool LOOSE = false>
 __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp, int& kept) {
     constexpr int E = (CAP + kThreads - 1) / kThreads;
