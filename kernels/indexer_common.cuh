@@ -33,8 +33,9 @@ constexpr int kStages = 5;          // the paged CTA's cp.async ring depth (bloc
 constexpr int kBlockBytes = kBlock * kD;
 constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
 
-// Candidates a token holds: TOPK and room for at least half as many (and 128) more, so a cut
-// comes after at least TOPK/2 - 64 admissions.
+// Candidates a token holds: TOPK and room for at least half as many (and 128) more. An exact cut
+// leaves room for at least TOPK/2 - 128 admissions before the next vote asks for another, a loose
+// one (cut_to_topk) for three quarters of that.
 __host__ __device__ constexpr int cap_for(int topk) {
     return topk + (topk / 2 > 128 ? topk / 2 : 128);
 }
@@ -337,8 +338,10 @@ __device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int 
         }
         grp.sync();
         // Thread tid's run: words [tid * per, tid * per + per); its marks go after those of the
-        // runs before it (an exclusive scan over the warpgroup).
-        const int per = (words + kThreads - 1) / kThreads;
+        // runs before it (an exclusive scan over the warpgroup). An odd run length keeps a warp's
+        // 32 reads of word i of their runs in 32 different banks (an even one puts them in 16 or
+        // fewer: up to 32-way conflicts at 32 words a run).
+        const int per = ((words + kThreads - 1) / kThreads) | 1;
         const int run_lo = min(grp.tid * per, words), run_hi = min(run_lo + per, words);
         int marks = 0;
         for (int i = run_lo; i < run_hi; ++i) marks += __popc(bits[i]);

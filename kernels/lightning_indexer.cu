@@ -344,7 +344,8 @@ __device__ __forceinline__ void indexer_body(const Keys& keys, const u8* q, cons
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 
-    // The final cut, the sort (in the token's whole buffer) and the row.
+    // The final (exact) cut and the row, written in ascending position from a bitmap in the
+    // token's buffer.
 #pragma unroll
     for (int g = 0; g < kTokens; ++g) {
         const int t = row_t[g];

@@ -336,7 +336,8 @@ __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
         return;
     }
 
-    // The final cut, the sort (in the token's whole buffer) and the row.
+    // The final (exact) cut and the row, written in ascending position from a bitmap in the
+    // token's buffer.
 #pragma unroll
     for (int g = 0; g < kTokens; ++g) {
         const int t = row_of(g);

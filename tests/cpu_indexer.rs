@@ -275,7 +275,7 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
     use shapeproof::ops::indexer::{merge_fan, paged_indexer_split};
     for sms in [1, 78, 132] {
         for pairs in [1, 2, 7, 64, 128, 263, 264, 1000] {
-            for max_pages in [0, 1, 3, 4, 17, 1024, 2049] {
+            for max_pages in [0, 1, 3, 4, 5, 6, 7, 8, 9, 17, 1024, 2049] {
                 let (splits, per) = paged_indexer_split(sms, pairs, max_pages);
                 let what = format!("sms {sms} pairs {pairs} max_pages {max_pages}");
                 assert!(splits >= 1 && per >= 1, "{what}: ({splits}, {per})");
@@ -295,7 +295,7 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
                 let slots = 2 * sms;
                 let time = |s: usize, per: usize| (pairs * s).div_ceil(slots) * (per + 4);
                 if pairs < slots {
-                    for other in 1..=max_pages.div_ceil(4).max(1) {
+                    for other in 1..=(max_pages / 4).max(1) {
                         let other_per = max_pages.div_ceil(other).max(1);
                         assert!(
                             time(splits, per)

@@ -117,7 +117,8 @@ pub fn paged_indexer_split(sms: usize, pairs: usize, max_pages: usize) -> (usize
     if pairs >= slots {
         return (1, max_pages.max(1));
     }
-    let most = max_pages.div_ceil(MIN_BLOCKS_PER_SPLIT).max(1);
+    // Split counts that leave every split at least MIN_BLOCKS_PER_SPLIT pages.
+    let most = (max_pages / MIN_BLOCKS_PER_SPLIT).max(1);
     let time = |splits: usize| {
         (pairs * splits).div_ceil(slots) * (max_pages.div_ceil(splits) + MIN_BLOCKS_PER_SPLIT)
     };
