@@ -44,6 +44,8 @@ python3 bench/harness/indexer_protocol.py
 # The top-k's cluster: histogram copies and counts read across CTAs (racecheck does not see
 # another CTA's shared memory).
 python3 bench/harness/topk_cluster_protocol.py
+# The indexer's selection (loose and exact cuts, the bitmap row) against the exact top-k.
+python3 bench/harness/indexer_selection_model.py
 # bench/RESULTS.md's tables are what bench/render.py makes of the committed run of record.
 step "bench/RESULTS.md matches bench/results/"
 python3 bench/render.py --check
