@@ -47,13 +47,13 @@ fn compiles<K: CudaKernel>() {
 
 /// [`compiles`] with `extra` C++ appended to the source (static assertions that a Rust mirror
 /// of a kernel constant is exact).
-fn compiles_with<K: CudaKernel>(extra: &str) {
+fn compiles_with<K: CudaKernel>(extra: &str) -> String {
     let source = format!("{}{}\n{extra}", K::SOURCE, layout_asserts::<K::Params>());
-    compiles_source(&source, &K::instantiation());
+    compiles_source(&source, &K::instantiation())
 }
 
-/// The checks of [`compiles`] on instantiation `name` of `source`.
-fn compiles_source(source: &str, name: &str) {
+/// The checks of [`compiles`] on instantiation `name` of `source`; ptxas's report.
+fn compiles_source(source: &str, name: &str) -> String {
     let (compiled, report) = compile_kernel_reported(source, name, Arch::Sm90a)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     // `scripts/sass-diff.sh` compares the machine code of two commits from these files.
@@ -88,6 +88,23 @@ fn compiles_source(source: &str, name: &str) {
         compiled.cubin.starts_with(b"\x7fELF"),
         "{name}: not an ELF cubin"
     );
+    report
+}
+
+/// The registers a thread that ptxas reports for the kernel ("Used N registers"): for a kernel
+/// whose warpgroups move registers with `setmaxnreg`, the pool they share at launch. A smaller
+/// pool than the kernel's counts add up to would make `setmaxnreg.inc` wait forever.
+fn registers_used(name: &str, report: &str) -> u32 {
+    let line = report
+        .lines()
+        .find(|l| l.contains("Used ") && l.contains(" registers"))
+        .unwrap_or_else(|| panic!("{name}: no register count in ptxas's report:\n{report}"));
+    let after = &line[line.find("Used ").unwrap() + 5..];
+    after
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: unreadable register count in {line:?}"))
 }
 
 /// The spill bytes (stores, loads) of a ptxas report line
@@ -169,10 +186,17 @@ fn lightning_indexer() {
     // Both head counts at the top-k widths the tests, the benchmark and the examples use, each
     // with the launch's shared memory (the Rust formula) equal to the kernel's.
     fn prefill<const H: usize, const K: usize>() {
-        compiles_with::<LightningIndexerKernel<H, K>>(&mirror(
+        let report = compiles_with::<LightningIndexerKernel<H, K>>(&mirror(
             &format!("indexer::prefill_smem_bytes({H}, {K})"),
             prefill_indexer_smem_bytes(H, K),
         ));
+        // setmaxnreg moves 224 · 256 + 56 · 128 registers: the pool of 384 threads at 168.
+        let name = LightningIndexerKernel::<H, K>::instantiation();
+        assert_eq!(
+            registers_used(&name, &report),
+            168,
+            "{name}: registers at launch"
+        );
     }
     fn paged<const H: usize, const K: usize>() {
         compiles_with::<PagedLightningIndexerKernel<H, K>>(&mirror(
