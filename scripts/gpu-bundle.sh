@@ -13,6 +13,12 @@
 #                                              also the same binaries built at another commit,
 #                                              in .gpu/base/ (a worktree under target/), for
 #                                              `run.sh compare`: old and new timed in one run
+#   scripts/gpu-bundle.sh --only gpu_indexer,bench_indexer --baseline main \
+#       --candidate some-branch --candidate other-branch
+#                                              and at candidate commits (repeatable), in
+#                                              .gpu/cand/<commit>/: `run.sh tests` runs their
+#                                              tests too, `run.sh compare` times them between
+#                                              the baseline's rounds (one device call for all)
 #
 # HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
@@ -21,11 +27,13 @@ root=$PWD
 
 only=""
 baseline=""
+candidates=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) only=${2:?--only needs a comma-separated list of names}; shift 2 ;;
         --baseline) baseline=$(git rev-parse --verify "${2:?--baseline needs a commit}^{commit}"); shift 2 ;;
-        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV]" >&2; exit 2 ;;
+        --candidate) candidates+=("$(git rev-parse --verify "${2:?--candidate needs a commit}^{commit}")"); shift 2 ;;
+        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate REV]..." >&2; exit 2 ;;
     esac
 done
 
@@ -157,6 +165,22 @@ if [ -n "$baseline" ]; then
     copy_built "$log" "$out/base"
     compress_large "$out/base"
 fi
+
+# The same binaries at each candidate commit, one worktree and target dir for all of them.
+for cand in "${candidates[@]}"; do
+    src=$root/target/candidate-src
+    if [ -d "$src" ]; then
+        git -C "$src" checkout --quiet --detach "$cand"
+    else
+        git worktree add --quiet --detach "$src" "$cand"
+    fi
+    short=$(git -C "$src" rev-parse --short HEAD)
+    mkdir -p "$out/cand/$short"
+    printf %s "$short" >"$out/cand/$short/commit"
+    cargo_builds "$src" "$root/target/candidate" >"$log"
+    copy_built "$log" "$out/cand/$short"
+    compress_large "$out/cand/$short"
+done
 
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/fp8_matmul_rate.py "$out/"

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs a bundle made by scripts/gpu-bundle.sh on a machine with an sm_90 GPU and CUDA 13:
-#   run.sh tests      GPU tests (they fail, never skip, without a GPU)
-#   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck
+#   run.sh tests      GPU tests (they fail, never skip, without a GPU), a bundle's candidate
+#                     builds' (cand/<commit>/, --candidate) after bin/'s
+#   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck (the
+#                     candidates' too)
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
 #   run.sh compare    each benchmark of base/ (a bundle's --baseline build) and of bin/,
 #                     alternately base, new, base, on one machine: the new JSON in
-#                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder
+#                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder; a
+#                     bundle's candidates run after new, their JSON in cand-<commit>/
 #   run.sh examples   the example model ports
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
@@ -23,7 +26,7 @@ export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
 # The commit the bundle was built from, for the benchmarks' JSON.
 export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
 # Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
-for packed in "$here"/bin/*.xz "$here"/base/*.xz; do
+for packed in "$here"/bin/*.xz "$here"/base/*.xz "$here"/cand/*/*.xz; do
     [ -e "$packed" ] || continue
     if command -v xz >/dev/null; then
         xz -d -f "$packed"
@@ -36,9 +39,12 @@ mode=${1:-tests}
 shift || true
 status=0
 
+# The GPU tests of bin/ and of every candidate build (cand/<commit>/, a bundle's --candidate).
 run_tests() {
-    for t in "$here"/bin/gpu_*; do
-        echo "== $(basename "$t")"
+    local t
+    for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+        [ -x "$t" ] || continue
+        echo "== ${t#"$here"/}"
         "$t" --test-threads=1 "$@" || status=1
     done
 }
@@ -46,8 +52,9 @@ run_tests() {
 sanitize() {
     local san="$cuda/bin/compute-sanitizer"
     for tool in memcheck racecheck synccheck; do
-        for t in "$here"/bin/gpu_*; do
-            echo "== $tool $(basename "$t")"
+        for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+            [ -x "$t" ] || continue
+            echo "== $tool ${t#"$here"/}"
             "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$t" --test-threads=1 "$@" || status=1
         done
     done
@@ -84,13 +91,24 @@ compare() {
             status=1
             continue
         fi
-        for round in base new base; do
+        # Candidates (cand/<commit>/) run between the new build and the last baseline round,
+        # their JSON in cand-<commit>/.
+        local rounds=(base new) cand
+        for cand in "$here"/cand/*/; do
+            [ -x "$cand$(basename "$b")" ] && rounds+=("$(basename "$cand")")
+        done
+        rounds+=(base)
+        for round in "${rounds[@]}"; do
             echo "== $(basename "$b") ($round)"
-            if [ "$round" = base ]; then
-                SHAPEPROOF_COMMIT=$base BENCH_JSON_DIR="$BENCH_JSON_DIR/base" "$old" || status=1
-            else
-                "$b" || status=1
-            fi
+            case "$round" in
+                base) SHAPEPROOF_COMMIT=$base BENCH_JSON_DIR="$BENCH_JSON_DIR/base" "$old" || status=1 ;;
+                new) "$b" || status=1 ;;
+                *)
+                    mkdir -p "$BENCH_JSON_DIR/cand-$round"
+                    SHAPEPROOF_COMMIT=$round BENCH_JSON_DIR="$BENCH_JSON_DIR/cand-$round" \
+                        "$here/cand/$round/$(basename "$b")" || status=1
+                    ;;
+            esac
         done
     done
 }
