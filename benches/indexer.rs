@@ -21,7 +21,7 @@ mod common;
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shapeproof::backend::cuda::{CudaKernel, DeviceArgs, check_params};
+use shapeproof::backend::cuda::{CudaKernel, DeviceArgs};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::F8E4M3;
@@ -29,8 +29,9 @@ use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32IndexCache, INDEX_KEY_ROW_BYTES};
 use shapeproof::ops::index_cache::{IndexKeyRows, IndexKeyStore};
 use shapeproof::ops::indexer::{
-    IndexKeys, IndexerQueries, LightningIndexer, LightningIndexerKernel, PagedIndexerQueries,
-    PagedIndexerWorkspace, prefill_indexer_launch_shape, prefill_indexer_smem_bytes,
+    IndexKeys, IndexerParams, IndexerQueries, LightningIndexer, LightningIndexerKernel,
+    PagedIndexerQueries, PagedIndexerWorkspace, prefill_indexer_launch_shape,
+    prefill_indexer_smem_bytes,
 };
 use shapeproof::rules::{IndexerHeads, IndexerTopk};
 use shapeproof::tensor::{Cols, Tensor};
@@ -43,24 +44,6 @@ fn e4m3_bytes(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
             F8E4M3::from_bits(if b & 0x7f == 0x7f { b ^ 1 } else { b })
         })
         .collect()
-}
-
-shapeproof::param_block! {
-    /// The prefill kernel's parameter block (`struct IndexerParams` of
-    /// kernels/lightning_indexer_prefill.cu), for the raw launch of its logits-alone form (the
-    /// library's mirror has private fields; this one is checked against the kernel's struct
-    /// with `check_params` before its first launch).
-    pub struct IndexerParams {
-        q: u64,
-        weights: u64,
-        key_start: u64,
-        key_end: u64,
-        k: u64,
-        k_scale: u64,
-        indices: u64,
-        tokens: i32,
-        s_kv: i32,
-    }
 }
 
 /// The prefill CTA without the selection (`lightning_indexer_kernel<H, TOPK, true>`): the
@@ -132,7 +115,6 @@ fn bench<const H: usize, const TOPK: usize>(
     let k = Tensor::<Cuda, F8E4M3, Cols<128>>::from_host(g, "k", &k_host, s_kv).unwrap();
     let kscale = Tensor::<Cuda, f32, Cols<1>>::from_host(g, "k_scale", &scales, s_kv).unwrap();
     let mut out: Tensor<Cuda, i32, Cols<TOPK>> = Tensor::zeros(g, tokens).unwrap();
-    check_params::<LogitsAlone<H, TOPK>>(g.arch()).unwrap();
     let shape = prefill_indexer_launch_shape(tokens, H, TOPK);
     let logits_us = time_us(g, 2, 7, |_| {
         let (qv, wv, sv, ev, kv, scv) = (

@@ -34,7 +34,8 @@ pub struct ParamField {
 
 /// Declares a kernel's parameter block: a `#[repr(C)]` struct (`Clone`, `Copy`, `Debug`,
 /// `Default`) whose fields are, in order and by name, those of the CUDA struct of the same
-/// name, and its [`ParamBlock`] table.
+/// name, and its [`ParamBlock`] table. A field may carry a visibility (`pub q: u64`) when code
+/// outside the module fills the block for a raw launch of the same kernel.
 ///
 /// ```
 /// shapeproof::param_block! {
@@ -50,12 +51,12 @@ pub struct ParamField {
 /// ```
 #[macro_export]
 macro_rules! param_block {
-    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($fvis:vis $field:ident: $ty:ty),* $(,)? }) => {
         $(#[$meta])*
         #[repr(C)]
         #[derive(Clone, Copy, Debug, Default)]
         $vis struct $name {
-            $($field: $ty,)*
+            $($fvis $field: $ty,)*
         }
         impl $crate::backend::cuda::ParamBlock for $name {
             const CUDA_NAME: &'static str = stringify!($name);

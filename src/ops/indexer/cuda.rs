@@ -31,17 +31,19 @@ const PREFILL_TOKENS_PER_CTA: usize = 4;
 const PREFILL_STAGES: usize = 6;
 
 crate::param_block! {
-    /// The kernel's parameter block (`struct IndexerParams`), field for field.
+    /// The prefill kernel's parameter block (`struct IndexerParams`), field for field. Its
+    /// fields are public for a raw launch of the same CTA (the benchmark's logits alone through
+    /// `DeviceArgs`, whose `launch` is `unsafe`); the library fills it only from checked calls.
     pub struct IndexerParams {
-        q: u64,
-        weights: u64,
-        key_start: u64,
-        key_end: u64,
-        k: u64,
-        k_scale: u64,
-        indices: u64,
-        tokens: i32,
-        s_kv: i32,
+        pub q: u64,
+        pub weights: u64,
+        pub key_start: u64,
+        pub key_end: u64,
+        pub k: u64,
+        pub k_scale: u64,
+        pub indices: u64,
+        pub tokens: i32,
+        pub s_kv: i32,
     }
 }
 

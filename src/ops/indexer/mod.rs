@@ -31,7 +31,7 @@ pub use args::{
 pub(crate) use cpu::select_top;
 pub use cpu::{indexer_logit, order_key};
 pub use cuda::{
-    LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
+    IndexerParams, LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
     indexer_candidates, indexer_merge_smem_bytes, indexer_smem_bytes, merge_fan,
     paged_indexer_split, prefill_indexer_launch_shape, prefill_indexer_smem_bytes,
 };
