@@ -19,6 +19,10 @@
 #                                              .gpu/cand/<commit>/: `run.sh tests` runs their
 #                                              tests too, `run.sh compare` times them between
 #                                              the baseline's rounds (one device call for all)
+#   scripts/gpu-bundle.sh --only gpu_indexer,gpu_engine,bench_indexer --candidate-only gpu_indexer,bench_indexer \
+#       --candidate some-branch
+#                                              candidates build only the names given (a subset
+#                                              of --only: what their change touches)
 #
 # HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
@@ -28,12 +32,14 @@ root=$PWD
 only=""
 baseline=""
 candidates=()
+candidate_only=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) only=${2:?--only needs a comma-separated list of names}; shift 2 ;;
         --baseline) baseline=$(git rev-parse --verify "${2:?--baseline needs a commit}^{commit}"); shift 2 ;;
+        --candidate-only) candidate_only=${2:?--candidate-only needs a comma-separated list of names}; shift 2 ;;
         --candidate) candidates+=("$(git rev-parse --verify "${2:?--candidate needs a commit}^{commit}")"); shift 2 ;;
-        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate REV]..." >&2; exit 2 ;;
+        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate-only name,...] [--candidate REV]..." >&2; exit 2 ;;
     esac
 done
 
@@ -166,7 +172,9 @@ if [ -n "$baseline" ]; then
     compress_large "$out/base"
 fi
 
-# The same binaries at each candidate commit, one worktree and target dir for all of them.
+# The same binaries at each candidate commit, one worktree and target dir for all of them
+# (only those of --candidate-only when it is given).
+[ -n "$candidate_only" ] && only=$candidate_only
 for cand in "${candidates[@]}"; do
     src=$root/target/candidate-src
     if [ -d "$src" ]; then
