@@ -22,8 +22,14 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
-# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile) when it has
-# them, else a fresh folder (every kernel compiled here on first use).
+# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile, unpacked
+# once) when it has them, else a fresh folder (every kernel compiled here on first use).
+if [ -e "$here/kernels.tar.xz" ] && [ ! -d "$here/kernels" ]; then
+    python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' \
+        "$here/kernels.tar.xz" "$here"
+fi
 if [ -d "$here/kernels" ]; then
     export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
 else
