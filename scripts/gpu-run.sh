@@ -4,6 +4,9 @@
 #                     builds' (cand/<commit>/, --candidate) after bin/'s
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck (the
 #                     candidates' too)
+#   run.sh check SECONDS BINARY TEST...
+#                     the tests (as `tests`), then racecheck and memcheck of the named tests of
+#                     BINARY (e.g. gpu_indexer) in every build, until SECONDS have passed
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
@@ -72,6 +75,32 @@ sanitize() {
     done
 }
 
+# Within a time budget (a device call has a limit): every build's GPU tests, then racecheck and
+# memcheck of the named tests on every build, new first, until `seconds` have passed; what did
+# not fit is listed as skipped, never as passed.
+check() {
+    local budget=${1:?usage: run.sh check SECONDS BINARY TEST [TEST ...]} binary=${2:?a test binary name, e.g. gpu_indexer}
+    shift 2
+    local start=$SECONDS san="$cuda/bin/compute-sanitizer" t tool name out
+    run_tests
+    echo "== tests done at $((SECONDS - start)) s"
+    for t in "$here/bin/$binary" "$here"/cand/*/"$binary"; do
+        [ -x "$t" ] || continue
+        for name in "$@"; do
+            for tool in racecheck memcheck; do
+                if [ $((SECONDS - start)) -ge "$budget" ]; then
+                    echo "== skipped (time): $tool ${t#"$here"/} $name"
+                    continue
+                fi
+                out=$("$san" --tool "$tool" --error-exitcode 99 --print-limit 5 "$t" --test-threads=1 --exact "$name" 2>&1)
+                local rc=$?
+                [ $rc -eq 0 ] || status=1
+                echo "== $tool ${t#"$here"/} $name: rc $rc, $(grep -E 'SUMMARY|test result' <<<"$out" | tr '\n' ' ')"
+            done
+        done
+    done
+}
+
 bench() {
     export BENCH_JSON_DIR=${BENCH_JSON_DIR:-$PWD}
     for b in "$here"/bin/bench_*; do
@@ -135,12 +164,13 @@ examples() {
 case "$mode" in
     tests) run_tests "$@" ;;
     sanitize) sanitize "$@" ;;
+    check) check "$@" ;;
     bench) bench ;;
     compare) compare ;;
     examples) examples ;;
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
 esac
 exit $status
