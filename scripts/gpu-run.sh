@@ -7,6 +7,7 @@
 #   run.sh check SECONDS BINARY TEST...
 #                     the tests (as `tests`), then racecheck and memcheck of the named tests of
 #                     BINARY (e.g. gpu_indexer) in every build, until SECONDS have passed
+#   TEST_JOBS=N       (tests, check) up to N test binaries at once
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
@@ -55,13 +56,37 @@ shift || true
 status=0
 
 # The GPU tests of bin/ and of every candidate build (cand/<commit>/, a bundle's --candidate).
+# TEST_JOBS=N runs up to N test binaries at once (each still one test at a time): their CPU
+# references then overlap on the machine's cores while the GPU interleaves their kernels; the
+# logs are printed whole, in order, as each binary's turn comes.
 run_tests() {
-    local t
+    local t jobs=${TEST_JOBS:-1}
+    if [ "$jobs" -le 1 ]; then
+        for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+            [ -x "$t" ] || continue
+            echo "== ${t#"$here"/}"
+            "$t" --test-threads=1 "$@" || status=1
+        done
+        return
+    fi
+    local logs names=() i=0 running
+    logs=$(mktemp -d)
     for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
         [ -x "$t" ] || continue
-        echo "== ${t#"$here"/}"
-        "$t" --test-threads=1 "$@" || status=1
+        while running=$(jobs -rp | wc -l) && [ "$running" -ge "$jobs" ]; do
+            wait -n || true
+        done
+        ("$t" --test-threads=1 "$@" >"$logs/$i.log" 2>&1; echo $? >"$logs/$i.rc") &
+        names+=("${t#"$here"/}")
+        i=$((i + 1))
     done
+    wait
+    for ((i = 0; i < ${#names[@]}; i++)); do
+        echo "== ${names[$i]}"
+        cat "$logs/$i.log"
+        [ "$(cat "$logs/$i.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
+    done
+    rm -rf "$logs"
 }
 
 sanitize() {
