@@ -5,8 +5,23 @@
 //! run beside them. Each step's indices are random slots of a cache of 8192 pages (524288
 //! tokens), so the rows come from HBM. Each shape is timed launched step by step (`us`, each
 //! step with its launch gaps) and as 20 steps of one CUDA graph (`graph_us`, GPU time alone,
-//! which is what a small batch's latency target is about). Run on the H200 (`run.sh bench`);
-//! needs `--features gpu-tests`.
+//! which is what a small batch's latency target is about).
+//!
+//! Beside the decode kernel, the two routes through the FP8 sparse MLA prefill that an engine
+//! can build from this library's ops today, timed in the same run:
+//! - **A decode step through the prefill** (64 and 128 heads, B 128, s_q 2): the step's
+//!   `rows · TOPK` slots gathered into an e4m3 workspace (one row a (row, position): each
+//!   latent value dequantized and re-cast with identity scale, the RoPE values cast to e4m3),
+//!   then the prefill over it with indices `r · TOPK + j`. q is cast to e4m3 on the host, not
+//!   timed (the library has no bf16 → e4m3 cast op; on the device it would move q's bytes
+//!   once: 3 bytes a value). Beside the time, the route's output against the decode kernel's
+//!   output of the same step (max |Δout|, cosine distance): what the e4m3 q and RoPE cost.
+//! - **The prefill fed from the cache** at its headline shape (4096, 32768, 128, 576, 2048):
+//!   the sequence's 32768 tokens gathered from pages scattered over the cache, then the
+//!   prefill; the gather's share bounds what a prefill reading the paged rows directly could
+//!   gain.
+//!
+//! Run on the H200 (`run.sh bench`); needs `--features gpu-tests`.
 
 mod common;
 
@@ -15,14 +30,17 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
-use shapeproof::dtype::bf16;
-use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
+use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
+use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv};
+use shapeproof::ops::mla_cache::MlaCacheGather;
+use shapeproof::ops::sparse_mla::{OutRow, Plain, SparseMlaInputs, SparseMlaPrefill};
 use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, SparseMlaDecode};
-use shapeproof::rules::DecodeHeads;
-use shapeproof::tensor::Tensor;
+use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo};
+use shapeproof::tensor::{Cols, Tensor};
 
 const PAGES: usize = 8192;
 const TOPK: usize = 2048;
+const SM_SCALE: f32 = 0.0417;
 /// Steps of one timed graph.
 const GRAPH_STEPS: usize = 20;
 
@@ -34,7 +52,8 @@ fn bench<const H: usize>(
     s_q: usize,
     limit: Option<f64>,
     records: &mut Vec<Record>,
-) where
+) -> Step
+where
     Dim<H>: DecodeHeads,
 {
     let rows = batch * s_q;
@@ -47,7 +66,7 @@ fn bench<const H: usize>(
     let queries = DecodeQueries::new(
         Tensor::from_host(g, "q", &q, rows).unwrap(),
         Tensor::from_host(g, "indices", &indices, rows).unwrap(),
-        0.0417,
+        SM_SCALE,
     )
     .unwrap();
     let mut out = Tensor::zeros(g, rows).unwrap();
@@ -95,6 +114,187 @@ fn bench<const H: usize>(
             ("of_fp8_matmul", of),
         ],
     });
+    Step {
+        q,
+        indices,
+        out: out.to_host(g).unwrap(),
+    }
+}
+
+/// One decode step's host inputs and the decode kernel's output.
+struct Step {
+    q: Vec<bf16>,      // [rows, h_q, 576]
+    indices: Vec<i32>, // [rows, TOPK] cache slots, all valid
+    out: Vec<bf16>,    // [rows, h_q, 512]
+}
+
+/// max |Δ| and cosine distance of `a` against `b`.
+fn difference(a: &[bf16], b: &[bf16]) -> (f64, f64) {
+    let (mut max_abs, mut dot, mut na, mut nb) = (0f64, 0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (x.to_f32() as f64, y.to_f32() as f64);
+        max_abs = max_abs.max(if x.is_nan() {
+            f64::INFINITY
+        } else {
+            (x - y).abs()
+        });
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    (max_abs, 1.0 - dot / (na.sqrt() * nb.sqrt()))
+}
+
+/// The decode step `step` (H heads, `rows` query rows) through the gather and the FP8 prefill
+/// (see the module's doc): the gather and the prefill timed together, the output compared
+/// with the decode kernel's.
+fn bench_through_prefill<const H: usize>(
+    g: &Cuda,
+    cache: &DeepSeekV32KvCache<Cuda>,
+    step: &Step,
+    batch: usize,
+    s_q: usize,
+    limit: Option<f64>,
+    records: &mut Vec<Record>,
+) where
+    Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
+{
+    let rows = batch * s_q;
+    let q8: Vec<F8E4M3> = step.q.iter().map(|v| e4m3_from_f32(v.to_f32())).collect();
+    // Workspace row r · TOPK + j holds slot indices[r, j].
+    let positions: Vec<i32> = (0..(rows * TOPK) as i32).collect();
+    let inputs = SparseMlaInputs::new(
+        Tensor::from_host(g, "q", &q8, rows).unwrap(),
+        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
+        Tensor::from_host(g, "indices", &positions, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    let slots = Tensor::from_host(g, "slots", &step.indices, rows * TOPK).unwrap();
+    let mut ws = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
+        g,
+        g.zeros(rows * TOPK * MLA_CACHE_DIM).unwrap(),
+        rows * TOPK,
+        1.0,
+    )
+    .unwrap();
+    let gather = MlaCacheGather::<64, 128>::new();
+    let prefill = SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK, Plain, H>::new();
+    let mut out = Tensor::<Cuda, bf16, OutRow<H>>::filled(g, rows, bf16::NAN).unwrap();
+    let mut ml = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
+    let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
+    gather.run(g, cache, &slots, &mut ws, None).unwrap();
+    prefill
+        .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
+        .unwrap();
+    let (max_abs, cos) = difference(&out.to_host(g).unwrap(), &step.out);
+    let us = time_us(g, 3, 15, |_| {
+        gather.run(g, cache, &slots, &mut ws, None).unwrap();
+        prefill
+            .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
+            .unwrap();
+    });
+    let gather_us = time_us(g, 3, 15, |_| {
+        gather.run(g, cache, &slots, &mut ws, None).unwrap()
+    });
+    let tflops = SparseMlaDecode::<H, TOPK>::flops(rows) / (us * 1e-6) / 1e12;
+    let of = limit.map_or(f64::NAN, |l| tflops / l);
+    println!(
+        "| ({batch}, {s_q}, {H}, {TOPK}) | {us:.1} | {gather_us:.1} | {tflops:.0} | {:.0}% | {max_abs:.4} | {cos:.1e} |",
+        of * 100.0
+    );
+    records.push(Record {
+        name: format!("through_prefill_b{batch}_sq{s_q}_h{H}_topk{TOPK}"),
+        fields: vec![
+            ("us", us),
+            ("gather_us", gather_us),
+            ("tflops", tflops),
+            ("of_fp8_matmul", of),
+            ("max_abs_vs_decode", max_abs),
+            ("cos_dist_vs_decode", cos),
+        ],
+    });
+}
+
+/// The prefill's headline shape fed from the cache: the sequence's `S_KV` tokens (pages in a
+/// random order over the cache) gathered into its workspace, then the prefill over them with
+/// random positions; the gather, the prefill and both timed in the same run.
+fn bench_prefill_from_cache(
+    g: &Cuda,
+    rng: &mut StdRng,
+    cache: &DeepSeekV32KvCache<Cuda>,
+    limit: Option<f64>,
+    records: &mut Vec<Record>,
+) {
+    const S_Q: usize = 4096;
+    const S_KV: usize = 32768;
+    const H: usize = 128;
+    let mut pages: Vec<i32> = (0..PAGES as i32).collect();
+    for i in 0..pages.len() {
+        let j = rng.random_range(i..pages.len());
+        pages.swap(i, j);
+    }
+    let seq_slots: Vec<i32> = (0..S_KV)
+        .map(|t| pages[t / 64] * 64 + (t % 64) as i32)
+        .collect();
+    let q8: Vec<F8E4M3> = (0..S_Q * H * MLA_CACHE_DIM)
+        .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 0.17))
+        .collect();
+    let positions: Vec<i32> = (0..S_Q * TOPK)
+        .map(|_| rng.random_range(0..S_KV as i32))
+        .collect();
+    let inputs = SparseMlaInputs::new(
+        Tensor::from_host(g, "q", &q8, S_Q).unwrap(),
+        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
+        Tensor::from_host(g, "indices", &positions, S_Q).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    let slots = Tensor::from_host(g, "slots", &seq_slots, S_KV).unwrap();
+    let mut ws = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
+        g,
+        g.zeros(S_KV * MLA_CACHE_DIM).unwrap(),
+        S_KV,
+        1.0,
+    )
+    .unwrap();
+    let gather = MlaCacheGather::<64, 128>::new();
+    let prefill = SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK, Plain, H>::new();
+    let mut out = Tensor::<Cuda, bf16, OutRow<H>>::zeros(g, S_Q).unwrap();
+    let mut ml = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
+    let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, S_Q).unwrap();
+    let gather_us = time_us(g, 3, 15, |_| {
+        gather.run(g, cache, &slots, &mut ws, None).unwrap()
+    });
+    let prefill_us = time_us(g, 3, 15, |_| {
+        prefill
+            .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
+            .unwrap()
+    });
+    let both_us = time_us(g, 3, 15, |_| {
+        gather.run(g, cache, &slots, &mut ws, None).unwrap();
+        prefill
+            .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
+            .unwrap();
+    });
+    let flops = SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK, Plain, H>::flops(S_Q);
+    let tflops = flops / (both_us * 1e-6) / 1e12;
+    let of = limit.map_or(f64::NAN, |l| tflops / l);
+    println!(
+        "| ({S_Q}, {S_KV}, {H}, 576, {TOPK}) | {gather_us:.1} | {prefill_us:.1} | {both_us:.1} | {:.2}% | {tflops:.0} | {:.0}% |",
+        100.0 * gather_us / both_us,
+        of * 100.0
+    );
+    records.push(Record {
+        name: format!("prefill_from_cache_sq{S_Q}_skv{S_KV}_h{H}_topk{TOPK}"),
+        fields: vec![
+            ("gather_us", gather_us),
+            ("prefill_us", prefill_us),
+            ("us", both_us),
+            ("tflops", tflops),
+            ("of_fp8_matmul", of),
+        ],
+    });
 }
 
 fn main() {
@@ -132,7 +332,8 @@ fn main() {
     let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), PAGES).unwrap();
     println!("\n| (B, s_q, h_q, TOPK) | µs | µs a step in a graph | TFLOP/s | of FP8 matmul |");
     println!("|---|---|---|---|---|");
-    bench::<128>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
+    let step128 = bench::<128>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
+    let step64 = bench::<64>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
     bench::<16>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
     bench::<8>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
     for batch in [1, 8, 32] {
@@ -140,5 +341,21 @@ fn main() {
             bench::<16>(&g, &mut rng, &cache, batch, s_q, limit, &mut records);
         }
     }
+    println!(
+        "\nThe same steps through the gather and the FP8 prefill (q cast on the host, not timed):"
+    );
+    println!(
+        "\n| (B, s_q, h_q, TOPK) | µs (gather + prefill) | of which gather µs | TFLOP/s | of FP8 matmul | max |Δout| vs decode | cosine distance vs decode |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    bench_through_prefill::<128>(&g, &cache, &step128, 128, 2, limit, &mut records);
+    bench_through_prefill::<64>(&g, &cache, &step64, 128, 2, limit, &mut records);
+    drop((step128, step64));
+    println!("\nThe prefill fed from the cache:");
+    println!(
+        "\n| (s_q, s_kv, h_q, d_qk, TOPK) | gather µs | prefill µs | gather + prefill µs | gather's share | TFLOP/s | of FP8 matmul |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    bench_prefill_from_cache(&g, &mut rng, &cache, limit, &mut records);
     common::write_json("mla_decode.json", &records);
 }
