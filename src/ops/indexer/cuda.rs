@@ -195,6 +195,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
         "\n",
         include_str!("../../../kernels/indexer_common.cuh"),
         "\n",
+        include_str!("../../../kernels/indexer_ws.cuh"),
+        "\n",
         include_str!("../../../kernels/lightning_indexer_prefill.cu")
     );
     const DYNAMIC_SMEM_BYTES: u32 = prefill_indexer_smem_bytes(H_IDX, TOPK);
