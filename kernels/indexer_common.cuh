@@ -29,7 +29,6 @@ constexpr int kD = 128;             // channels of a head and of a key (bytes, e
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kTokens = 2;          // query tokens a warpgroup takes
 constexpr int kBlock = 64;          // keys of one block (the wgmma M)
-constexpr int kStages = 5;          // the paged CTA's cp.async ring depth (blocks)
 constexpr int kBlockBytes = kBlock * kD;
 constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
 
