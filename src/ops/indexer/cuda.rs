@@ -1,6 +1,7 @@
 //! CUDA launch of [`LightningIndexer`] (`kernels/lightning_indexer_prefill.cu`; the paged form
-//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh`), and
-//! its CUDA-only entry [`LightningIndexer::record`].
+//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh` and
+//! `kernels/indexer_ws.cuh`, the CTA they share), and its CUDA-only entry
+//! [`LightningIndexer::record`].
 
 use std::marker::PhantomData;
 
