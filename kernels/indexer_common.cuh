@@ -20,8 +20,8 @@
 // ascending position from a bitmap of the selected positions (write_sorted_row).
 //
 // Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
-// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before
-// lightning_indexer_prefill.cu or lightning_indexer.cu.
+// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before indexer_ws.cuh
+// (the CTA both forms launch) and lightning_indexer_prefill.cu or lightning_indexer.cu.
 
 namespace indexer {
 
@@ -29,7 +29,6 @@ constexpr int kD = 128;             // channels of a head and of a key (bytes, e
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kTokens = 2;          // query tokens a warpgroup takes
 constexpr int kBlock = 64;          // keys of one block (the wgmma M)
-constexpr int kStages = 5;          // the paged CTA's cp.async ring depth (blocks)
 constexpr int kBlockBytes = kBlock * kD;
 constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
 
@@ -41,8 +40,8 @@ __host__ __device__ constexpr int cap_for(int topk) {
 }
 
 // The warpgroup that runs a collective step (a count, a cut, a sort): its named barrier and
-// this thread's index in it. The paged CTA is one warpgroup on barrier 0; the prefill CTA's
-// two consumer warpgroups use barriers 1 and 2.
+// this thread's index in it. Consumer warpgroup w of a CTA (indexer_ws.cuh) uses barrier 1 + w
+// (the paged CTA has one, the prefill's two).
 struct Group {
     int bar;  // named barrier of the warpgroup's 128 threads
     int tid;  // 0 .. 127

@@ -1,6 +1,7 @@
 //! CUDA launch of [`LightningIndexer`] (`kernels/lightning_indexer_prefill.cu`; the paged form
-//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh`), and
-//! its CUDA-only entry [`LightningIndexer::record`].
+//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh` and
+//! `kernels/indexer_ws.cuh`, the CTA they share), and its CUDA-only entry
+//! [`LightningIndexer::record`].
 
 use std::marker::PhantomData;
 
@@ -17,8 +18,8 @@ use crate::layout::IndexKeyCache;
 use crate::rules::IndexCachePage;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
-/// Threads per CTA of the paged kernel: one warpgroup (`indexer::kThreads`).
-const THREADS: u32 = 128;
+/// Threads per CTA of the paged kernel: a consumer warpgroup and a producer warpgroup.
+const THREADS: u32 = 2 * 128;
 /// Query tokens a CTA of the paged kernel takes (`indexer::kTokens`).
 const TOKENS_PER_CTA: usize = 2;
 /// Threads per CTA of the prefill kernel: two consumer warpgroups and a producer warpgroup
@@ -137,16 +138,18 @@ pub const fn indexer_candidates(topk: usize) -> usize {
     topk + if topk / 2 > 128 { topk / 2 } else { 128 }
 }
 
-/// Dynamic shared memory of one CTA, `2·heads·128 + 5·(8192 + 256) + 8·heads + 16·cap + 64`
-/// bytes with `cap = indexer_candidates(topk)` (`indexer::smem_bytes`, which the kernel asserts
-/// against its layout): the two tokens' Q rows, a ring of five 64-key blocks with their scales,
-/// the head weights, a buffer of `cap` (key, position) pairs a token, and the counters.
+/// Dynamic shared memory of one paged CTA, `2·heads·128 + 5·(8192 + 256) + 8·heads + 16·cap +
+/// 80 + 128` bytes with `cap = indexer_candidates(topk)` (`indexer::smem_bytes`, which the
+/// kernel asserts against its layout): the two tokens' Q rows, a ring of five 64-key blocks with
+/// their scales, the head weights, a buffer of `cap` (key, position) pairs a token, the ring's
+/// barriers, the counters and scratch. Two CTAs share an SM.
 pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
     (TOKENS_PER_CTA * heads * 128
         + 5 * (64 * 128 + 64 * 4)
         + TOKENS_PER_CTA * heads * 4
         + TOKENS_PER_CTA * indexer_candidates(topk) * 8
-        + 64) as u32
+        + 2 * 5 * 8
+        + 128) as u32
 }
 
 /// Dynamic shared memory of one prefill CTA, `4·heads·128 + 6·(8192 + 256) + 16·heads +
@@ -186,6 +189,8 @@ const PAGED_SOURCE: &str = concat!(
     "\n",
     include_str!("../../../kernels/indexer_common.cuh"),
     "\n",
+    include_str!("../../../kernels/indexer_ws.cuh"),
+    "\n",
     include_str!("../../../kernels/lightning_indexer.cu")
 );
 
@@ -194,6 +199,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
         include_str!("../../../kernels/sparse_mla_common.cuh"),
         "\n",
         include_str!("../../../kernels/indexer_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/indexer_ws.cuh"),
         "\n",
         include_str!("../../../kernels/lightning_indexer_prefill.cu")
     );
@@ -204,8 +211,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
     }
 }
 
-/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: one warpgroup over a sequence's pages, two
-/// of its `next_n` tokens a CTA.
+/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: a consumer warpgroup (two of a sequence's
+/// `next_n` tokens) and a producer warpgroup over the sequence's pages, two CTAs an SM.
 pub struct PagedLightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
