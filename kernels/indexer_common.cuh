@@ -235,28 +235,6 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
     return loose ? (tau > 0u ? tau - 1u : 0u) : tau;
 }
 
-// Sorts pos[0 .. P) ascending (P a power of two), by the THREADS threads that call it (`tid`
-// this one's index among them; `sync` their barrier), bitonic.
-template <int P, int THREADS, class Sync>
-__device__ void sort_positions(i32* pos, int tid, Sync sync) {
-    for (int k = 2; k <= P; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = tid; i < P; i += THREADS) {
-                const int partner = i ^ j;
-                if (partner > i) {
-                    const i32 a = pos[i], b = pos[partner];
-                    const bool up = (i & k) == 0;
-                    if ((a > b) == up) {
-                        pos[i] = b;
-                        pos[partner] = a;
-                    }
-                }
-            }
-            sync();
-        }
-    }
-}
-
 __host__ __device__ constexpr int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;

@@ -128,8 +128,8 @@ constexpr int kMergeWarps = kMergeThreads / 32;
 // Candidates a merge CTA holds: FAN lists of TOPK (FAN = kMergeCandidates / TOPK).
 constexpr int kMergeCandidates = 16384;
 
-// Shared memory of a merge CTA: the candidates (keys, positions), the sorted row, a 256-bin
-// histogram and the scratch. Mirrored by `indexer_merge_smem_bytes` in src/ops/indexer/cuda.rs.
+// Shared memory of a merge CTA: the candidates (keys, positions), the kept positions of the
+// last level, a 256-bin histogram and the scratch. Mirrored by `indexer_merge_smem_bytes` in src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int merge_smem_bytes(int topk) {
     return (kMergeCandidates / topk) * topk * 8 + pow2_at_least(topk) * 4 + 256 * 4 + 16 * 4;
 }
@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     extern __shared__ __align__(16) u8 smem[];
     u32* keys = (u32*)smem;                 // [C]
     i32* pos = (i32*)(keys + C);            // [C]
-    i32* sorted = pos + C;                  // [SORT]
-    int* hist = sorted + SORT;              // [256]
+    i32* kept_pos = pos + C;                // [SORT] the last level's kept positions (TOPK used)
+    int* hist = kept_pos + SORT;            // [256]
     int* misc = hist + 256;                 // [0..2) found, [2] kept, [3] total
     const int row = blockIdx.x, group = blockIdx.y;
     const int first = group * FAN;
@@ -241,14 +241,14 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
                                    [&](int i) { return keys[i] == tau; }, hist, misc);
         }
     }
-    // The kept entries, in any order (the row is sorted after; a list needs no order).
+    // The kept entries, in any order (the row is ordered after by a bitmap; a list needs no order).
     for (int i = threadIdx.x; i < C; i += T) {
         const u32 k = keys[i];
         const bool keep = k != 0u && (!cut || k > tau || (k == tau && ~(u32)pos[i] >= tie_cut));
         if (keep) {
             const int at = atomicAdd(misc + 2, 1);
             if (p.last) {
-                sorted[at] = pos[i];
+                kept_pos[at] = pos[i];
             } else {
                 const i64 out = (i64)row * gridDim.y + group;
                 p.out_keys[out * TOPK + at] = k;
@@ -262,19 +262,54 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
         if (threadIdx.x == 0) p.out_count[(i64)row * gridDim.y + group] = kept;
         return;
     }
-    for (int i = kept + threadIdx.x; i < SORT; i += T) sorted[i] = 0x7fffffff;
-    __syncthreads();
-    sort_positions<SORT, T>(sorted, (int)threadIdx.x, [] { __syncthreads(); });
+    // The row in ascending position without a sort: the kept positions (all inside the block
+    // table's 64 max_pages positions) marked in a bitmap in the candidates' buffer (windows of
+    // 64 C positions), each thread writing the slots of its run of words after the marks of the
+    // runs before it.
     const int seq = row / p.next_n;
     i32* out = p.indices + (i64)row * TOPK;
-    for (int i = threadIdx.x; i < TOPK; i += T) {
-        if (i < kept) {
-            const int s = sorted[i];  // a split's position: inside the block table (guarded)
-            out[i] = (u32)s < (u32)p.max_pages * kBlock
-                         ? p.block_table[(i64)seq * p.max_pages + s / kBlock] * kBlock + s % kBlock
-                         : -1;
-        } else {
-            out[i] = -1;
+    u32* bits = keys;  // [2 C] words: keys and pos, read
+    constexpr i64 WINDOW = 32 * (i64)(2 * C);
+    const i64 range = (i64)p.max_pages * kBlock;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int written = 0;
+    for (i64 w0 = 0; kept > 0 && w0 < range; w0 += WINDOW) {  // uniform over the CTA
+        const int span = (int)min(range - w0, WINDOW);  // positions w0 .. w0 + span - 1
+        const int words = (span + 31) >> 5;
+        for (int i = threadIdx.x; i < words; i += T) bits[i] = 0u;
+        __syncthreads();
+        for (int i = threadIdx.x; i < kept; i += T) {
+            const i64 d = (i64)kept_pos[i] - w0;
+            if (d >= 0 && d < span) atomicOr(bits + (d >> 5), 1u << (d & 31));
         }
+        __syncthreads();
+        // An odd run length keeps a warp's reads of word i of their runs in 32 banks.
+        const int per = ((words + T - 1) / T) | 1;
+        const int run_lo = min((int)threadIdx.x * per, words), run_hi = min(run_lo + per, words);
+        int marks = 0;
+        for (int i = run_lo; i < run_hi; ++i) marks += __popc(bits[i]);
+        int incl = marks;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int o = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += o;
+        }
+        if (lane == 31) hist[warp] = incl;  // the histogram is done with
+        __syncthreads();
+        int at = written + incl - marks, total_marks = 0;
+#pragma unroll
+        for (int w = 0; w < T / 32; ++w) {
+            at += w < warp ? hist[w] : 0;
+            total_marks += hist[w];
+        }
+        for (int i = run_lo; i < run_hi; ++i) {
+            for (u32 x = bits[i]; x != 0u; x &= x - 1u) {
+                const int s = (int)(w0 + 32 * i + __ffs(x) - 1);  // < range: inside the table
+                out[at++] = p.block_table[(i64)seq * p.max_pages + s / kBlock] * kBlock + s % kBlock;
+            }
+        }
+        written += total_marks;
+        __syncthreads();  // the words and the warps' counts read before the next window
     }
+    for (int i = written + threadIdx.x; i < TOPK; i += T) out[i] = -1;
 }

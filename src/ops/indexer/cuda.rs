@@ -100,8 +100,8 @@ pub const fn merge_fan(topk: usize) -> usize {
 }
 
 /// Dynamic shared memory of a merge CTA (`indexer::merge_smem_bytes`): `FAN · topk` candidates
-/// of 8 bytes, the sorted row (the power of two at or above `topk`, 4 bytes each), a 256-bin
-/// histogram and 16 words of scratch.
+/// of 8 bytes, the last level's kept positions (room for the power of two at or above `topk`, 4
+/// bytes each), a 256-bin histogram and 16 words of scratch.
 pub const fn indexer_merge_smem_bytes(topk: usize) -> u32 {
     (merge_fan(topk) * topk * 8 + topk.next_power_of_two() * 4 + 256 * 4 + 16 * 4) as u32
 }
