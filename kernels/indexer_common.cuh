@@ -114,6 +114,33 @@ __device__ __forceinline__ u32 block_max(u32 v, int* red, int& parity, const Gro
     return m;
 }
 
+// The exclusive prefix sum of the threads' `c` in thread order over a warpgroup (`before`) and
+// their total, one barrier (the scratch slots of block_sum).
+struct GroupScan {
+    int before;
+    int total;
+};
+__device__ __forceinline__ GroupScan block_scan(int c, int* red, int& parity, const Group& grp) {
+    const int lane = grp.tid & 31, warp = grp.tid >> 5;
+    int incl = c;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += o;
+    }
+    int* slot = red + parity * 4;
+    parity ^= 1;
+    if (lane == 31) slot[warp] = incl;
+    grp.sync();
+    GroupScan scan{incl - c, 0};
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+        scan.before += w < warp ? slot[w] : 0;
+        scan.total += slot[w];
+    }
+    return scan;
+}
+
 // The `rank`-th largest (1-based) of the values v[e] where live[e], over the warpgroup: the
 // largest x with at least `rank` live values >= x. `at` holds the number of live values >= the
 // result (pass the number of live values, at least `rank`); with `stop_at` > 0 the descent
@@ -209,19 +236,8 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         keep[e] = live[e] && (loose ? k[e] >= tau : k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
         mine += keep[e] ? 1 : 0;
     }
-    const int lane = grp.tid & 31, warp = grp.tid >> 5;
-    int incl = mine;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += o;
-    }
-    int* slot = red + parity * 4;
-    parity ^= 1;
-    if (lane == 31) slot[warp] = incl;
-    grp.sync();  // also: every thread has read its entries before any is overwritten
-    int base = incl - mine;
-    for (int w = 0; w < warp; ++w) base += slot[w];
+    // (The scan's barrier also keeps every thread's reads of its entries ahead of the writes.)
+    int base = block_scan(mine, red, parity, grp).before;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         if (keep[e]) {
@@ -283,7 +299,6 @@ __device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int 
         mine[e] = i < n ? pos[i] : -1;
     }
     u32* bits = keys;  // [WORDS]
-    const int lane = grp.tid & 31, warp = grp.tid >> 5;
     const int windows = hi > lo && n > 0 ? (int)(((i64)hi - lo + WINDOW - 1) / WINDOW) : 0;
     int written = 0;
     for (int k = 0; k < windows; ++k) {  // uniform over the warpgroup
@@ -300,31 +315,19 @@ __device__ __forceinline__ void write_sorted_row(u32* keys, const i32* pos, int 
         }
         grp.sync();
         // Thread tid's run: words [tid * per, tid * per + per); its marks go after those of the
-        // runs before it (an exclusive scan over the warpgroup).
-        const int per = (words + kThreads - 1) / kThreads;
+        // runs before it (an exclusive scan over the warpgroup). An odd run length keeps a warp's
+        // 32 reads of word i of their runs in 32 different banks (an even one puts them in 16 or
+        // fewer: up to 32-way conflicts at 32 words a run).
+        const int per = ((words + kThreads - 1) / kThreads) | 1;
         const int run_lo = min(grp.tid * per, words), run_hi = min(run_lo + per, words);
         int marks = 0;
         for (int i = run_lo; i < run_hi; ++i) marks += __popc(bits[i]);
-        int incl = marks;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int o = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += o;
-        }
-        int* slot = red + parity * 4;
-        parity ^= 1;
-        if (lane == 31) slot[warp] = incl;
-        grp.sync();
-        int at = written + incl - marks, total = 0;
-#pragma unroll
-        for (int w = 0; w < kThreads / 32; ++w) {
-            at += w < warp ? slot[w] : 0;
-            total += slot[w];
-        }
+        const GroupScan scan = block_scan(marks, red, parity, grp);
+        int at = written + scan.before;
         for (int i = run_lo; i < run_hi; ++i) {
             for (u32 x = bits[i]; x != 0u; x &= x - 1u) out[at++] = index_of(w0 + 32 * i + __ffs(x) - 1);
         }
-        written += total;
+        written += scan.total;
     }
     for (int i = written + grp.tid; i < TOPK; i += kThreads) out[i] = -1;
     grp.sync();  // the buffer is read before the caller reuses it
