@@ -208,6 +208,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
     const int quad = lane & 3;
+    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1, in registers for
+    // the whole loop (read from shared memory on every block, they were a dependent load there).
+    float2 w_of[N / 8];
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) w_of[j] = *(const float2*)(my_w + 8 * j + 2 * quad);
     const int my_g = quad >> 1, my_half = quad & 1;
     int my_lo = 0, my_hi = 0;
     if (row_of(my_g) >= 0) keys.range(2 * wg + my_g, my_lo, my_hi);
@@ -240,7 +245,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
-            const float2 w = *(const float2*)(my_w + 8 * j + 2 * quad);
+            const float2 w = w_of[j];
             // One fused multiply-add a head (a sum of products would cost a multiply and an add).
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0][j & 1]);
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0][j & 1]);
