@@ -257,18 +257,22 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
     return p;
 }
 
-// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses, both
-// canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups 1024
-// B apart) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
+// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses; the Q
+// tile canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups
+// 1024 B apart; the key stage the same or, with A_SWIZZLED, 128-byte rows in the 128-byte
+// swizzle as a TMA copy writes them) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
 // one commit group. The caller waits.
-template <int ACC>
+template <int ACC, bool A_SWIZZLED = false>
 __device__ __forceinline__ void issue_block_product(float (&acc)[ACC], u32 stage, u32 q) {
     static_assert(ACC == 64 || ACC == 32, "N = 128 or 64");
     fence_regs(acc);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
-        const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+        // A in the 128-byte swizzle (1024-byte aligned; a k-step 32 bytes further along the
+        // rows) or canonical (a k-step two core matrices, 256 bytes, further).
+        const u64 da = A_SWIZZLED ? make_smem_desc_sw128(stage + ks * 32, 1024)
+                                  : make_smem_desc(stage + ks * 256, 128, 1024);
         const u64 db = make_smem_desc(q + ks * 256, 128, 1024);
         if constexpr (ACC == 64) {
             wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);

@@ -2,8 +2,9 @@
 // Compiled after common.cuh, sparse_mla_common.cuh and indexer_common.cuh.
 //
 // A CTA takes 2 WGS query tokens and streams the union of their ranges once: the first warp of
-// a producer warpgroup copies each 64-key block and its scales into a ring of stages (cp.async,
-// completing on the stage's full barrier), and WGS consumer warpgroups, each with two of the
+// a producer warpgroup copies each 64-key block and its scales into a ring of stages (the keys
+// by one TMA copy or by cp.async, as the key source says; the scales by cp.async; completing
+// on the stage's full barrier), and WGS consumer warpgroups, each with two of the
 // tokens (its own Q tile, candidates and counters), run the product, sums and admissions on
 // every block and release the stage. A warpgroup agrees on a cut with one barrier every second
 // block (`bar.red.or` of "my admission could overflow the next two blocks"), and its collective
@@ -14,6 +15,10 @@
 // SM); the paged form one over a sequence's pages (its two tokens, two CTAs an SM).
 //
 // The key source `Keys` says where the CTA's tokens and keys are:
+//   static constexpr bool kTma   whether a block's key rows are one TMA copy (a box of 64 rows
+//                                from tensor_map(), in the 128-byte swizzle) or cp.async copies
+//                                (from block(), into the canonical layout)
+//   const void* tensor_map()     the tensor map of the key rows (kTma only)
 //   int row(g)                   query row of the CTA's token g (0 .. 2 WGS - 1), -1 for none
 //   void range(g, a, b)          its valid positions [a, b), clamped (only for row(g) >= 0)
 //   bool block(first, kb, sb)    where the 64 keys and scales of the block at position `first`
@@ -64,11 +69,16 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
     static_assert(CAP - 2 * kBlock >= TOPK, "a cut leaves room for two blocks");
+    static_assert(kBlock == 64 && kBlockBytes == 8192 && kStageBytes == kBlockBytes + kBlock * 4,
+                  "a stage is one box of 64 rows of 128 bytes (the host's tensor map) and its scales");
+    static_assert((WGS * N * kD) % 1024 == 0 && kBlockBytes % 1024 == 0,
+                  "every key stage starts 1024-byte aligned (the 128-byte swizzle)");
 
     extern __shared__ __align__(1024) u8 smem[];
     u8* sq = smem;                                             // [WGS][N rows, 128] canonical
-    u8* sk = sq + WGS * N * kD;                               // [S][64 rows, 128 | 64 scales]
-    float* sw = (float*)(sk + S * kStageBytes);                // [TOKENS, H_IDX]
+    u8* sk = sq + WGS * N * kD;            // [S][64 rows, 128]: 128-byte swizzle (kTma) or canonical
+    float* ss = (float*)(sk + S * kBlockBytes);                // [S][64 scales]
+    float* sw = ss + S * kBlock;                               // [TOKENS, H_IDX]
     u32* cand = (u32*)(sw + WGS * N);                         // [TOKENS][CAP | CAP]
     u64* bars = (u64*)(cand + TOKENS * 2 * CAP);       // full [S], empty [S]
     int* count = (int*)(bars + 2 * S);                         // [TOKENS]
@@ -101,7 +111,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(full_bar(s), 32);                // the producer's lanes
+            mbar_init(full_bar(s), 32 + Keys::kTma);   // the producer's lanes (and its TMA issue)
             mbar_init(empty_bar(s), WGS * kThreads);  // every consumer thread
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -111,17 +121,23 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     if (wg == WGS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
         if (tid >= WGS * kThreads + 32) return;
-        // Producer warp: block b's 64 key rows (16-byte copies into the canonical layout) and
-        // scales into stage b % S once the consumers released its last use. Rows past the
-        // union are zero-filled without a read. (Only one warp: the producer runs ahead and
-        // waits on the empty barriers, and more waiting warps took issue slots from the
-        // consumers.)
+        // Producer warp: block b's 64 key rows and scales into stage b % S once the consumers
+        // released its last use. (Only one warp: the producer runs ahead and waits on the empty
+        // barriers, and more waiting warps took issue slots from the consumers.)
         //
-        // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the eight
-        // rows of one 16-channel column, 128 contiguous bytes of the canonical layout (no bank
-        // conflict), and read 16 bytes of each row (a copy reads 16 whole sectors). Lane l's
-        // copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 + 4 (i % 2)): its source and
-        // destination offsets are the lane's own plus constants of i.
+        // The rows, with kTma: one TMA copy of the box (0, first) by lane 0, in the 128-byte
+        // swizzle the product reads (rows past the keys arrive as zeros; rows past the union
+        // but inside the keys are copied and never admitted). Without: 16-byte cp.async copies
+        // into the canonical layout, rows past the union or of an absent block zero-filled
+        // without a read. Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight
+        // lanes write the eight rows of one 16-channel column, 128 contiguous bytes of the
+        // canonical layout (no bank conflict), and read 16 bytes of each row (a copy reads 16
+        // whole sectors). Lane l's copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 +
+        // 4 (i % 2)): its source and destination offsets are the lane's own plus constants of i.
+        //
+        // The scales: a 4-byte cp.async a lane (k_scale need only be 4-byte aligned), rows past
+        // the union zero-filled without a read. The stage's full barrier waits for the 32 lanes'
+        // copies (and the TMA's bytes).
         const int lane = tid & 31;
         const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
         const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
@@ -129,35 +145,53 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
             const int st = b % S;
             if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
             const int first = lo + b * kBlock;
-            const u32 dst = smem_addr(sk + st * kStageBytes) + lane_dst;
+            const u32 rows = smem_addr(sk + st * kBlockBytes);
+            const u32 scales = smem_addr(ss + st * kBlock);
             const u8* kb;
             const float* sb;
             const bool present = keys.block(first, kb, sb);  // absent: zero-filled, not read
-            const u8* src = kb + lane_src;
-            if (present && first + kBlock <= hi) {  // a whole block: no row to check
+            const bool whole = present && first + kBlock <= hi;  // no row to check
+            if constexpr (Keys::kTma) {
+                if (lane == 0) {
+                    mbar_expect_tx(full_bar(st), kBlockBytes);
+                    asm volatile(
+                        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                        " [%0], [%1, {%2, %3}], [%4];" ::"r"(rows),
+                        "l"((u64)keys.tensor_map()), "r"(0), "r"(first), "r"(full_bar(st))
+                        : "memory");
+                    mbar_arrive(full_bar(st));
+                }
+            } else {
+                const u8* src = kb + lane_src;
+                const u32 dst = rows + lane_dst;
+                if (whole) {
 #pragma unroll
-                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i)
-                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512, src + (i >> 1) * 8 * kD + (i & 1) * 64, 16u);
+                    for (int i = 0; i < kBlock * (kD / 16) / 32; ++i)
+                        cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512, src + (i >> 1) * 8 * kD + (i & 1) * 64, 16u);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
+                        const bool valid = present && first + 8 * (i >> 1) + (lane & 7) < hi;
+                        cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512,
+                                    valid ? (const void*)(src + (i >> 1) * 8 * kD + (i & 1) * 64) : keys.base(),
+                                    valid ? 16u : 0u);
+                    }
+                }
+            }
+            if (whole) {
 #pragma unroll
                 for (int i = 0; i < kBlock / 32; ++i) {
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst - lane_dst + kBlockBytes + (lane + 32 * i) * 4),
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(scales + (lane + 32 * i) * 4),
                                  "l"(sb + lane + 32 * i)
                                  : "memory");
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
-                    const bool valid = present && first + 8 * (i >> 1) + (lane & 7) < hi;
-                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512,
-                                valid ? (const void*)(src + (i >> 1) * 8 * kD + (i & 1) * 64) : keys.base(),
-                                valid ? 16u : 0u);
-                }
-#pragma unroll
                 for (int i = 0; i < kBlock / 32; ++i) {
                     const int r = lane + 32 * i;
                     const bool valid = present && first + r < hi;
                     const void* from = valid ? (const void*)(sb + r) : keys.base();
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst - lane_dst + kBlockBytes + r * 4),
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(scales + r * 4),
                                  "l"(from), "r"(valid ? 4u : 0u)
                                  : "memory");
                 }
@@ -208,11 +242,20 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
     const int quad = lane & 3;
-    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1, in registers for
-    // the whole loop (read from shared memory on every block, they were a dependent load there).
-    float2 w_of[N / 8];
+    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1: with two consumer
+    // warpgroups (224 registers) in registers for the whole loop (read from shared memory on
+    // every block, they were a dependent load there); with one (200), read on every block (in
+    // registers they spill).
+    constexpr bool kWeightsInRegisters = WGS == 2;
+    float2 w_of[kWeightsInRegisters ? N / 8 : 1];
+    if constexpr (kWeightsInRegisters) {
 #pragma unroll
-    for (int j = 0; j < N / 8; ++j) w_of[j] = *(const float2*)(my_w + 8 * j + 2 * quad);
+        for (int j = 0; j < N / 8; ++j) w_of[j] = *(const float2*)(my_w + 8 * j + 2 * quad);
+    }
+    auto weight = [&](int j) {
+        if constexpr (kWeightsInRegisters) return w_of[j];
+        else return *(const float2*)(my_w + 8 * j + 2 * quad);
+    };
     const int my_g = quad >> 1, my_half = quad & 1;
     int my_lo = 0, my_hi = 0;
     if (row_of(my_g) >= 0) keys.range(2 * wg + my_g, my_lo, my_hi);
@@ -224,7 +267,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         const int st = b % S;
         mbar_wait(full_bar(st), (u32)(b / S) & 1u);
         fence_proxy_async();  // the producer's copies, seen by the tensor cores
-        issue_block_product(acc, smem_addr(sk + st * kStageBytes), smem_addr(my_q));
+        issue_block_product<kAcc, Keys::kTma>(acc, smem_addr(sk + st * kBlockBytes), smem_addr(my_q));
     };
     // The tokens' thresholds, in registers: they change only in a cut, after which every thread
     // reads them again.
@@ -245,7 +288,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
-            const float2 w = w_of[j];
+            const float2 w = weight(j);
             // One fused multiply-add a head (a sum of products would cost a multiply and an add).
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0][j & 1]);
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0][j & 1]);
@@ -265,7 +308,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         const float mine = quad == 0 ? sum[0][0] : quad == 1 ? sum[0][1] : quad == 2 ? sum[1][0] : sum[1][1];
         const int row = warp * 16 + (lane >> 2) + 8 * my_half;
         const int s = lo + b * kBlock + row;
-        const float scale = *(const float*)(sk + (b % S) * kStageBytes + kBlockBytes + row * 4);
+        const float scale = ss[(b % S) * kBlock + row];
         mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
         if constexpr (LOGITS_ONLY) {
             if (s >= my_lo && s < my_hi) best_logit = fmaxf(best_logit, mine * scale);

@@ -60,6 +60,7 @@ __host__ __device__ constexpr int smem_bytes(int heads, int topk) { return ws_sm
 // them (order keys and positions, unsorted) and their count to its split's list; the merge
 // kernel selects the row from the lists.
 struct PagedKeys {
+    static constexpr bool kTma = false;  // pages are copied by cp.async, canonical layout
     const PagedIndexerParams& p;
     int seq, j0, split, chunk_lo, chunk_hi;
     __device__ PagedKeys(const PagedIndexerParams& params, int cta, int y) : p(params), split(y) {
@@ -92,6 +93,7 @@ struct PagedKeys {
         return p.block_table[(i64)seq * p.max_pages + s / indexer::kBlock];
     }
     __device__ const u8* base() const { return p.cache; }
+    __device__ const void* tensor_map() const { return nullptr; }
     __device__ const u8* q() const { return p.q; }
     __device__ const float* weights() const { return p.weights; }
     __device__ i32* indices() const { return p.indices; }

@@ -1,6 +1,12 @@
 // Lightning indexer, prefill form: keys in rows (a chunk's history and itself). Compiled after
 // common.cuh, sparse_mla_common.cuh, indexer_common.cuh and indexer_ws.cuh.
 
+// A TMA tensor map (CUtensorMap), made on the host. Mirrored by `TensorMap` in
+// src/backend/cuda/tensor_map.rs.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
 // Parameters of one launch. Mirrored by `IndexerParams` in src/ops/indexer/cuda.rs.
 struct IndexerParams {
     const u8* q;            // [T, H_IDX, 128] e4m3
@@ -12,6 +18,7 @@ struct IndexerParams {
     i32* indices;           // [T, TOPK] out: ascending positions, then -1
     i32 tokens;             // T
     i32 s_kv;
+    TensorMap k_map;        // k as [s_kv rows, 128 bytes], boxes of 64 rows, 128-byte swizzle
 };
 
 namespace indexer {
@@ -29,8 +36,9 @@ __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
 
 // The prefill's key source: a CTA takes query tokens t0 .. t0 + 3 (the heavier, later causal
 // ones first), each with its clamped range of key rows [s_kv, 128] (scales [s_kv]); the index
-// written for a key is its row.
+// written for a key is its row. The key rows arrive by TMA (k_map; rows past s_kv as zeros).
 struct RowKeys {
+    static constexpr bool kTma = true;
     const IndexerParams& p;
     int t0;
     __device__ explicit RowKeys(const IndexerParams& params)
@@ -47,6 +55,7 @@ struct RowKeys {
     }
     __device__ bool present(int) const { return true; }
     __device__ const u8* base() const { return p.k; }
+    __device__ const void* tensor_map() const { return &p.k_map; }
     __device__ const u8* q() const { return p.q; }
     __device__ const float* weights() const { return p.weights; }
     __device__ i32* indices() const { return p.indices; }

@@ -11,7 +11,7 @@ use super::{
     RunIndexer,
 };
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape, TensorMap};
 use crate::dim::Dim;
 use crate::error::Result;
 use crate::layout::IndexKeyCache;
@@ -45,6 +45,7 @@ crate::param_block! {
         pub indices: u64,
         pub tokens: i32,
         pub s_kv: i32,
+        pub k_map: TensorMap,
     }
 }
 
@@ -260,21 +261,25 @@ impl IndexerEntry for Cuda {
             return Ok(());
         }
         let mut args = DeviceArgs::new(self)?;
+        let k = args.read_vectors("k", &keys.k)?;
         let params = IndexerParams {
             q: args.read_vectors("q", &queries.q)?,
             weights: args.read("weights", &queries.weights)?,
             key_start: args.read("key_start", &queries.key_start)?,
             key_end: args.read("key_end", &queries.key_end)?,
-            k: args.read_vectors("k", &keys.k)?,
+            k,
             k_scale: args.read("k_scale", &keys.k_scale)?,
             indices: args.write("indices", &mut indices)?,
             tokens: tokens as i32,
             s_kv: s_kv as i32,
+            // The kernel's TMA copies of k: s_kv rows of 128 bytes (its admitted extent), in
+            // boxes of one 64-key block; nothing past them is read.
+            k_map: TensorMap::rows_of_128_bytes("k", k, s_kv, 64)?,
         };
         let shape = prefill_indexer_launch_shape(tokens, H_IDX, TOPK);
         // SAFETY: q holds tokens × H_IDX × 128 bytes, weights tokens × H_IDX, the ranges tokens,
-        // k s_kv × 128 bytes, k_scale s_kv and indices tokens × TOPK (tied by the checked
-        // structs and `run`); the kernel clamps every range to [0, s_kv] and touches no row of
+        // k s_kv × 128 bytes (k_map's extent), k_scale s_kv and indices tokens × TOPK (tied by
+        // the checked structs and `run`); the kernel clamps every range to [0, s_kv] and touches no row of
         // q, weights or indices at or past `tokens`.
         unsafe { args.launch::<LightningIndexerKernel<H_IDX, TOPK>>(shape, &params) }
     }
