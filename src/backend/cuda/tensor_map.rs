@@ -68,3 +68,24 @@ impl TensorMap {
         Ok(Self(map.opaque))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The alignment check comes before the driver is asked: it runs without a GPU.
+    #[test]
+    fn a_base_off_128_bytes_is_an_err_naming_the_param() {
+        let err = TensorMap::rows_of_128_bytes("k", 0x7f00_0000_0010, 64, 64).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("k"), "{text}");
+        assert!(text.contains("multiple of 128"), "{text}");
+        assert!(text.contains("0x7f0000000010") && text.contains("16 bytes past one"), "{text}");
+    }
+
+    #[test]
+    fn no_rows_is_an_empty_map_without_the_driver() {
+        let map = TensorMap::rows_of_128_bytes("k", 0x10, 0, 64).unwrap();
+        assert_eq!(map.0, [0u64; 16]);
+    }
+}
