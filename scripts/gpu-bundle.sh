@@ -27,7 +27,8 @@
 #                                              and, at every build (new, baseline, candidates),
 #                                              the kernels of the named tests/kernels_compile.rs
 #                                              tests compiled here by NVRTC into .gpu/kernels/
-#                                              (the kernel cache run.sh points the binaries at):
+#                                              (packed; the kernel cache run.sh unpacks and
+#                                              points the binaries at):
 #                                              the GPU machine loads them instead of spending its
 #                                              time compiling them (a build whose kernels_compile
 #                                              predates the hook compiles there as before)
@@ -225,5 +226,11 @@ cp scripts/fp8_matmul_rate.py "$out/"
 cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
     bench/torch_timing.py "$out/"
 chmod +x "$out/run.sh"
-[ -d "$out/kernels" ] && echo "precompiled kernels: $(ls "$out/kernels" | wc -l) in $out/kernels/"
+# The precompiled kernels travel as one xz tarball (each entry holds its full source text:
+# 20 MB of entries pack into under 1 MB); run.sh unpacks it.
+if [ -d "$out/kernels" ]; then
+    echo "precompiled kernels: $(ls "$out/kernels" | wc -l), packed into $out/kernels.tar.xz"
+    tar -C "$out" -cf - kernels | xz -T2 -6 >"$out/kernels.tar.xz"
+    rm -rf "$out/kernels"
+fi
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

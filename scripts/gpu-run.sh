@@ -4,6 +4,10 @@
 #                     builds' (cand/<commit>/, --candidate) after bin/'s
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck (the
 #                     candidates' too)
+#   run.sh check SECONDS BINARY TEST...
+#                     the tests (as `tests`), then racecheck and memcheck of the named tests of
+#                     BINARY (e.g. gpu_indexer) in every build, until SECONDS have passed
+#   TEST_JOBS=N       (tests, check) up to N test binaries at once
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
@@ -22,8 +26,14 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
-# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile) when it has
-# them, else a fresh folder (every kernel compiled here on first use).
+# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile, unpacked
+# once) when it has them, else a fresh folder (every kernel compiled here on first use).
+if [ -e "$here/kernels.tar.xz" ] && [ ! -d "$here/kernels" ]; then
+    python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' \
+        "$here/kernels.tar.xz" "$here"
+fi
 if [ -d "$here/kernels" ]; then
     export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
 else
@@ -46,13 +56,37 @@ shift || true
 status=0
 
 # The GPU tests of bin/ and of every candidate build (cand/<commit>/, a bundle's --candidate).
+# TEST_JOBS=N runs up to N test binaries at once (each still one test at a time): their CPU
+# references then overlap on the machine's cores while the GPU interleaves their kernels; the
+# logs are printed whole, in order, as each binary's turn comes.
 run_tests() {
-    local t
+    local t jobs=${TEST_JOBS:-1}
+    if [ "$jobs" -le 1 ]; then
+        for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+            [ -x "$t" ] || continue
+            echo "== ${t#"$here"/}"
+            "$t" --test-threads=1 "$@" || status=1
+        done
+        return
+    fi
+    local logs names=() i=0 running
+    logs=$(mktemp -d)
     for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
         [ -x "$t" ] || continue
-        echo "== ${t#"$here"/}"
-        "$t" --test-threads=1 "$@" || status=1
+        while running=$(jobs -rp | wc -l) && [ "$running" -ge "$jobs" ]; do
+            wait -n || true
+        done
+        ("$t" --test-threads=1 "$@" >"$logs/$i.log" 2>&1; echo $? >"$logs/$i.rc") &
+        names+=("${t#"$here"/}")
+        i=$((i + 1))
     done
+    wait
+    for ((i = 0; i < ${#names[@]}; i++)); do
+        echo "== ${names[$i]}"
+        cat "$logs/$i.log"
+        [ "$(cat "$logs/$i.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
+    done
+    rm -rf "$logs"
 }
 
 sanitize() {
@@ -62,6 +96,32 @@ sanitize() {
             [ -x "$t" ] || continue
             echo "== $tool ${t#"$here"/}"
             "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$t" --test-threads=1 "$@" || status=1
+        done
+    done
+}
+
+# Within a time budget (a device call has a limit): every build's GPU tests, then racecheck and
+# memcheck of the named tests on every build, new first, until `seconds` have passed; what did
+# not fit is listed as skipped, never as passed.
+check() {
+    local budget=${1:?usage: run.sh check SECONDS BINARY TEST [TEST ...]} binary=${2:?a test binary name, e.g. gpu_indexer}
+    shift 2
+    local start=$SECONDS san="$cuda/bin/compute-sanitizer" t tool name out
+    run_tests
+    echo "== tests done at $((SECONDS - start)) s"
+    for t in "$here/bin/$binary" "$here"/cand/*/"$binary"; do
+        [ -x "$t" ] || continue
+        for name in "$@"; do
+            for tool in racecheck memcheck; do
+                if [ $((SECONDS - start)) -ge "$budget" ]; then
+                    echo "== skipped (time): $tool ${t#"$here"/} $name"
+                    continue
+                fi
+                out=$("$san" --tool "$tool" --error-exitcode 99 --print-limit 5 "$t" --test-threads=1 --exact "$name" 2>&1)
+                local rc=$?
+                [ $rc -eq 0 ] || status=1
+                echo "== $tool ${t#"$here"/} $name: rc $rc, $(grep -E 'SUMMARY|test result' <<<"$out" | tr '\n' ' ')"
+            done
         done
     done
 }
@@ -129,12 +189,13 @@ examples() {
 case "$mode" in
     tests) run_tests "$@" ;;
     sanitize) sanitize "$@" ;;
+    check) check "$@" ;;
     bench) bench ;;
     compare) compare ;;
     examples) examples ;;
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
 esac
 exit $status
