@@ -1,0 +1,91 @@
+//! TMA tensor maps (`CUtensorMap`): the descriptor a kernel's `cp.async.bulk.tensor` copies a
+//! box of a global tensor with, bounds-checked by the hardware (a box reaching past the tensor
+//! is filled with zeros, never read there) and laid out in shared memory with the swizzle the
+//! tensor cores read.
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+
+/// A tensor map as a kernel parameter: the driver's 128-byte opaque descriptor, 64-byte aligned
+/// (`struct alignas(64) TensorMap { unsigned long long opaque[16]; }` on the CUDA side). Made on
+/// the host per call from a buffer's address and extents; passed by value in the parameter
+/// block, so a recorded graph keeps it as it keeps the buffers' addresses.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TensorMap([u64; 16]);
+
+impl TensorMap {
+    /// The map of `rows` rows of 128 bytes at device address `base`, copied in boxes of
+    /// `box_rows` rows into shared memory in the 128-byte swizzle (the layout of a K-major wgmma
+    /// operand whose rows are 128 bytes). Rows at or past `rows` arrive as zeros. `rows` = 0
+    /// gives an empty map: a kernel must not copy through it (nothing to copy). A swizzled copy
+    /// needs `base` 128-byte aligned (a row view of such rows always is): `Err` naming `param`
+    /// otherwise.
+    pub fn rows_of_128_bytes(
+        param: &'static str,
+        base: u64,
+        rows: usize,
+        box_rows: u32,
+    ) -> Result<Self> {
+        if rows == 0 {
+            return Ok(Self::default());
+        }
+        if !base.is_multiple_of(128) {
+            return Err(Error::Mismatch {
+                param,
+                expected: "a device address that is a multiple of 128 bytes (its rows are copied by TMA in the 128-byte swizzle)".into(),
+                actual: format!("{base:#x} ({} bytes past one)", base % 128),
+            });
+        }
+        let dims: [sys::cuuint64_t; 2] = [128, rows as u64];
+        let strides: [sys::cuuint64_t; 1] = [128];
+        let boxes: [sys::cuuint32_t; 2] = [128, box_rows];
+        let element_strides: [sys::cuuint32_t; 2] = [1, 1];
+        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+        // SAFETY: the arrays hold rank (2) entries (strides rank - 1); the driver only encodes
+        // the descriptor into `map` (it reads no device memory); `base` is a device address the
+        // caller names, checked by the driver for alignment.
+        unsafe {
+            sys::cuTensorMapEncodeTiled(
+                map.as_mut_ptr(),
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                2,
+                base as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+            .result()?;
+        }
+        // SAFETY: encoded above (and zeroed before).
+        let map = unsafe { map.assume_init() };
+        Ok(Self(map.opaque))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The alignment check comes before the driver is asked: it runs without a GPU.
+    #[test]
+    fn a_base_off_128_bytes_is_an_err_naming_the_param() {
+        let err = TensorMap::rows_of_128_bytes("k", 0x7f00_0000_0010, 64, 64).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("k"), "{text}");
+        assert!(text.contains("multiple of 128"), "{text}");
+        assert!(text.contains("0x7f0000000010") && text.contains("16 bytes past one"), "{text}");
+    }
+
+    #[test]
+    fn no_rows_is_an_empty_map_without_the_driver() {
+        let map = TensorMap::rows_of_128_bytes("k", 0x10, 0, 64).unwrap();
+        assert_eq!(map.0, [0u64; 16]);
+    }
+}
