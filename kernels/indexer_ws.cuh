@@ -18,7 +18,12 @@
 //   static constexpr bool kTma   whether a block's key rows are one TMA copy (a box of 64 rows
 //                                from tensor_map(), in the 128-byte swizzle) or cp.async copies
 //                                (from block(), into the canonical layout)
+//   static constexpr int kTmaRank   the map's rank: 2 (box (0, y)) or 3 (box (0, y, z))
+//   static constexpr bool kBulkScales   whether a block's 64 scales are contiguous and 16-byte
+//                                aligned (one bulk copy by the producer's lane 0, with kTma)
+//                                or 4-byte cp.async copies by its 32 lanes
 //   const void* tensor_map()     the tensor map of the key rows (kTma only)
+//   bool box(first, y, z)        the box of the block at `first` (kTma only); false: none
 //   int row(g)                   query row of the CTA's token g (0 .. 2 WGS - 1), -1 for none
 //   void range(g, a, b)          its valid positions [a, b), clamped (only for row(g) >= 0)
 //   bool block(first, kb, sb)    where the 64 keys and scales of the block at position `first`
@@ -111,7 +116,8 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(full_bar(s), 32 + Keys::kTma);   // the producer's lanes (and its TMA issue)
+            // The producer's lanes (and its TMA issue), or its lane 0 alone (every copy bulk).
+            mbar_init(full_bar(s), Keys::kBulkScales ? 1 : 32 + Keys::kTma);
             mbar_init(empty_bar(s), WGS * kThreads);  // every consumer thread
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -139,6 +145,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // the union zero-filled without a read. The stage's full barrier waits for the 32 lanes'
         // copies (and the TMA's bytes).
         const int lane = tid & 31;
+        if (Keys::kBulkScales && lane != 0) return;  // lane 0 alone issues every copy
         const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
         const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
         for (int b = 0; b < blocks; ++b) {
@@ -153,14 +160,28 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
             const bool whole = present && first + kBlock <= hi;  // no row to check
             if constexpr (Keys::kTma) {
                 if (lane == 0) {
-                    mbar_expect_tx(full_bar(st), kBlockBytes);
-                    asm volatile(
-                        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                        " [%0], [%1, {%2, %3}], [%4];" ::"r"(rows),
-                        "l"((u64)keys.tensor_map()), "r"(0), "r"(first), "r"(full_bar(st))
-                        : "memory");
+                    int y, z;
+                    // An absent block is not copied: its positions are never admitted.
+                    if (keys.box(first, y, z)) {
+                        mbar_expect_tx(full_bar(st), kBlockBytes + (Keys::kBulkScales ? kBlock * 4 : 0));
+                        if constexpr (Keys::kTmaRank == 2) {
+                            asm volatile(
+                                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                " [%0], [%1, {%2, %3}], [%4];" ::"r"(rows),
+                                "l"((u64)keys.tensor_map()), "r"(0), "r"(y), "r"(full_bar(st))
+                                : "memory");
+                        } else {
+                            asm volatile(
+                                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(rows),
+                                "l"((u64)keys.tensor_map()), "r"(0), "r"(y), "r"(z), "r"(full_bar(st))
+                                : "memory");
+                        }
+                        if constexpr (Keys::kBulkScales) bulk_copy_g2s(scales, sb, kBlock * 4, full_bar(st));
+                    }
                     mbar_arrive(full_bar(st));
                 }
+                if constexpr (Keys::kBulkScales) continue;  // lane 0 copied the scales too
             } else {
                 const u8* src = kb + lane_src;
                 const u32 dst = rows + lane_dst;
