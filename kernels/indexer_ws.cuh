@@ -28,7 +28,8 @@
 //   void range(g, a, b)          its valid positions [a, b), clamped (only for row(g) >= 0)
 //   bool block(first, kb, sb)    where the 64 keys and scales of the block at position `first`
 //                                (a multiple of 64 from the CTA's first position) lie; false:
-//                                none (the block is zero-filled and never admitted)
+//                                none (never admitted: zero-filled by cp.async sources, not
+//                                copied at all by TMA ones, its stage's bytes then stale)
 //   bool present(s)              whether position s has a key
 //   const u8* base()             a readable address (the source of zero-filled copies)
 //   const u8* q(); const float* weights(); i32* indices()   the call's buffers, by row
@@ -131,9 +132,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // released its last use. (Only one warp: the producer runs ahead and waits on the empty
         // barriers, and more waiting warps took issue slots from the consumers.)
         //
-        // The rows, with kTma: one TMA copy of the box (0, first) by lane 0, in the 128-byte
-        // swizzle the product reads (rows past the keys arrive as zeros; rows past the union
-        // but inside the keys are copied and never admitted). Without: 16-byte cp.async copies
+        // The rows, with kTma: one TMA copy of the block's box (keys.box: (0, first) of the rows,
+        // or (0, 0, page) of the pages) by lane 0, in the 128-byte swizzle the product reads
+        // (rows past the keys arrive as zeros; rows past the union but inside the keys are
+        // copied and never admitted; an absent block is not copied, and its stale stage bytes
+        // only reach products of positions never admitted). Without: 16-byte cp.async copies
         // into the canonical layout, rows past the union or of an absent block zero-filled
         // without a read. Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight
         // lanes write the eight rows of one 16-channel column, 128 contiguous bytes of the
@@ -141,9 +144,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // whole sectors). Lane l's copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 +
         // 4 (i % 2)): its source and destination offsets are the lane's own plus constants of i.
         //
-        // The scales: a 4-byte cp.async a lane (k_scale need only be 4-byte aligned), rows past
-        // the union zero-filled without a read. The stage's full barrier waits for the 32 lanes'
-        // copies (and the TMA's bytes).
+        // The scales, with kBulkScales (a page's 64 scales, contiguous and 16-byte aligned): one
+        // bulk copy by lane 0, which then issues every copy alone (the full barrier counts its
+        // one arrival and the bytes). Without: a 4-byte cp.async a lane (k_scale need only be
+        // 4-byte aligned), rows past the union zero-filled without a read; the full barrier
+        // waits for the 32 lanes' copies (and the TMA's bytes).
         const int lane = tid & 31;
         if (Keys::kBulkScales && lane != 0) return;  // lane 0 alone issues every copy
         const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;

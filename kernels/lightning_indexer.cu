@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     constexpr int C = FAN * TOPK;
     constexpr int SORT = pow2_at_least(TOPK);
     constexpr int T = kMergeThreads;
-    extern __shared__ __align__(16) u8 smem[];
+    extern __shared__ __align__(1024) u8 smem[];  // as indexer_ws.cuh declares it (the swizzle)
     u32* keys = (u32*)smem;                 // [C]
     i32* pos = (i32*)(keys + C);            // [C]
     i32* kept_pos = pos + C;                // [SORT] the last level's kept positions (TOPK used)
