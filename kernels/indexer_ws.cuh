@@ -18,12 +18,18 @@
 //   static constexpr bool kTma   whether a block's key rows are one TMA copy (a box of 64 rows
 //                                from tensor_map(), in the 128-byte swizzle) or cp.async copies
 //                                (from block(), into the canonical layout)
+//   static constexpr int kTmaRank   the map's rank: 2 (box (0, y)) or 3 (box (0, y, z))
+//   static constexpr bool kBulkScales   whether a block's 64 scales are contiguous and 16-byte
+//                                aligned (one bulk copy by the producer's lane 0, with kTma)
+//                                or 4-byte cp.async copies by its 32 lanes
 //   const void* tensor_map()     the tensor map of the key rows (kTma only)
+//   bool box(first, y, z)        the box of the block at `first` (kTma only); false: none
 //   int row(g)                   query row of the CTA's token g (0 .. 2 WGS - 1), -1 for none
 //   void range(g, a, b)          its valid positions [a, b), clamped (only for row(g) >= 0)
 //   bool block(first, kb, sb)    where the 64 keys and scales of the block at position `first`
 //                                (a multiple of 64 from the CTA's first position) lie; false:
-//                                none (the block is zero-filled and never admitted)
+//                                none (never admitted: zero-filled by cp.async sources, not
+//                                copied at all by TMA ones, its stage's bytes then stale)
 //   bool present(s)              whether position s has a key
 //   const u8* base()             a readable address (the source of zero-filled copies)
 //   const u8* q(); const float* weights(); i32* indices()   the call's buffers, by row
@@ -111,7 +117,8 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(full_bar(s), 32 + Keys::kTma);   // the producer's lanes (and its TMA issue)
+            // The producer's lanes (and its TMA issue), or its lane 0 alone (every copy bulk).
+            mbar_init(full_bar(s), Keys::kBulkScales ? 1 : 32 + Keys::kTma);
             mbar_init(empty_bar(s), WGS * kThreads);  // every consumer thread
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -125,9 +132,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // released its last use. (Only one warp: the producer runs ahead and waits on the empty
         // barriers, and more waiting warps took issue slots from the consumers.)
         //
-        // The rows, with kTma: one TMA copy of the box (0, first) by lane 0, in the 128-byte
-        // swizzle the product reads (rows past the keys arrive as zeros; rows past the union
-        // but inside the keys are copied and never admitted). Without: 16-byte cp.async copies
+        // The rows, with kTma: one TMA copy of the block's box (keys.box: (0, first) of the rows,
+        // or (0, 0, page) of the pages) by lane 0, in the 128-byte swizzle the product reads
+        // (rows past the keys arrive as zeros; rows past the union but inside the keys are
+        // copied and never admitted; an absent block is not copied, and its stale stage bytes
+        // only reach products of positions never admitted). Without: 16-byte cp.async copies
         // into the canonical layout, rows past the union or of an absent block zero-filled
         // without a read. Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight
         // lanes write the eight rows of one 16-channel column, 128 contiguous bytes of the
@@ -135,10 +144,13 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // whole sectors). Lane l's copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 +
         // 4 (i % 2)): its source and destination offsets are the lane's own plus constants of i.
         //
-        // The scales: a 4-byte cp.async a lane (k_scale need only be 4-byte aligned), rows past
-        // the union zero-filled without a read. The stage's full barrier waits for the 32 lanes'
-        // copies (and the TMA's bytes).
+        // The scales, with kBulkScales (a page's 64 scales, contiguous and 16-byte aligned): one
+        // bulk copy by lane 0, which then issues every copy alone (the full barrier counts its
+        // one arrival and the bytes). Without: a 4-byte cp.async a lane (k_scale need only be
+        // 4-byte aligned), rows past the union zero-filled without a read; the full barrier
+        // waits for the 32 lanes' copies (and the TMA's bytes).
         const int lane = tid & 31;
+        if (Keys::kBulkScales && lane != 0) return;  // lane 0 alone issues every copy
         const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
         const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
         for (int b = 0; b < blocks; ++b) {
@@ -153,14 +165,28 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
             const bool whole = present && first + kBlock <= hi;  // no row to check
             if constexpr (Keys::kTma) {
                 if (lane == 0) {
-                    mbar_expect_tx(full_bar(st), kBlockBytes);
-                    asm volatile(
-                        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                        " [%0], [%1, {%2, %3}], [%4];" ::"r"(rows),
-                        "l"((u64)keys.tensor_map()), "r"(0), "r"(first), "r"(full_bar(st))
-                        : "memory");
+                    int y, z;
+                    // An absent block is not copied: its positions are never admitted.
+                    if (keys.box(first, y, z)) {
+                        mbar_expect_tx(full_bar(st), kBlockBytes + (Keys::kBulkScales ? kBlock * 4 : 0));
+                        if constexpr (Keys::kTmaRank == 2) {
+                            asm volatile(
+                                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                " [%0], [%1, {%2, %3}], [%4];" ::"r"(rows),
+                                "l"((u64)keys.tensor_map()), "r"(0), "r"(y), "r"(full_bar(st))
+                                : "memory");
+                        } else {
+                            asm volatile(
+                                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(rows),
+                                "l"((u64)keys.tensor_map()), "r"(0), "r"(y), "r"(z), "r"(full_bar(st))
+                                : "memory");
+                        }
+                        if constexpr (Keys::kBulkScales) bulk_copy_g2s(scales, sb, kBlock * 4, full_bar(st));
+                    }
                     mbar_arrive(full_bar(st));
                 }
+                if constexpr (Keys::kBulkScales) continue;  // lane 0 copied the scales too
             } else {
                 const u8* src = kb + lane_src;
                 const u32 dst = rows + lane_dst;

@@ -19,6 +19,7 @@ struct PagedIndexerParams {
     i32 max_pages;            // columns of the block table
     i32 pages;                // pages of the cache
     i32 blocks_per_split;     // 64-position blocks of a split (gridDim.y splits cover max_pages)
+    TensorMap cache_map;      // the pages' key tiles: box (0, 0, page), 128-byte swizzle
 };
 
 // Parameters of one merge of split lists. Mirrored by `IndexerMergeParams` in
@@ -60,7 +61,11 @@ __host__ __device__ constexpr int smem_bytes(int heads, int topk) { return ws_sm
 // them (order keys and positions, unsorted) and their count to its split's list; the merge
 // kernel selects the row from the lists.
 struct PagedKeys {
-    static constexpr bool kTma = false;  // pages are copied by cp.async, canonical layout
+    // A page's key tile is one TMA box of cache_map, its 64 scales (16-byte aligned, after the
+    // tile) one bulk copy: the producer's lane 0 issues both.
+    static constexpr bool kTma = true;
+    static constexpr int kTmaRank = 3;
+    static constexpr bool kBulkScales = true;
     const PagedIndexerParams& p;
     int seq, j0, split, chunk_lo, chunk_hi;
     __device__ PagedKeys(const PagedIndexerParams& params, int cta, int y) : p(params), split(y) {
@@ -93,7 +98,13 @@ struct PagedKeys {
         return p.block_table[(i64)seq * p.max_pages + s / indexer::kBlock];
     }
     __device__ const u8* base() const { return p.cache; }
-    __device__ const void* tensor_map() const { return nullptr; }
+    __device__ const void* tensor_map() const { return &p.cache_map; }
+    __device__ bool box(int first, int& y, int& z) const {
+        const int pg = page(first);
+        y = 0;
+        z = pg;
+        return pg >= 0 && pg < p.pages;
+    }
     __device__ const u8* q() const { return p.q; }
     __device__ const float* weights() const { return p.weights; }
     __device__ i32* indices() const { return p.indices; }
@@ -199,7 +210,7 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     constexpr int C = FAN * TOPK;
     constexpr int SORT = pow2_at_least(TOPK);
     constexpr int T = kMergeThreads;
-    extern __shared__ __align__(16) u8 smem[];
+    extern __shared__ __align__(1024) u8 smem[];  // as indexer_ws.cuh declares it (the swizzle)
     u32* keys = (u32*)smem;                 // [C]
     i32* pos = (i32*)(keys + C);            // [C]
     i32* kept_pos = pos + C;                // [SORT] the last level's kept positions (TOPK used)

@@ -1,12 +1,6 @@
 // Lightning indexer, prefill form: keys in rows (a chunk's history and itself). Compiled after
 // common.cuh, sparse_mla_common.cuh, indexer_common.cuh and indexer_ws.cuh.
 
-// A TMA tensor map (CUtensorMap), made on the host. Mirrored by `TensorMap` in
-// src/backend/cuda/tensor_map.rs.
-struct alignas(64) TensorMap {
-    unsigned long long opaque[16];
-};
-
 // Parameters of one launch. Mirrored by `IndexerParams` in src/ops/indexer/cuda.rs.
 struct IndexerParams {
     const u8* q;            // [T, H_IDX, 128] e4m3
@@ -39,6 +33,8 @@ __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
 // written for a key is its row. The key rows arrive by TMA (k_map; rows past s_kv as zeros).
 struct RowKeys {
     static constexpr bool kTma = true;
+    static constexpr int kTmaRank = 2;
+    static constexpr bool kBulkScales = false;  // k_scale need only be 4-byte aligned
     const IndexerParams& p;
     int t0;
     __device__ explicit RowKeys(const IndexerParams& params)
@@ -56,6 +52,11 @@ struct RowKeys {
     __device__ bool present(int) const { return true; }
     __device__ const u8* base() const { return p.k; }
     __device__ const void* tensor_map() const { return &p.k_map; }
+    __device__ bool box(int first, int& y, int& z) const {
+        y = first;
+        z = 0;
+        return true;
+    }
     __device__ const u8* q() const { return p.q; }
     __device__ const float* weights() const { return p.weights; }
     __device__ i32* indices() const { return p.indices; }

@@ -14,7 +14,7 @@ use crate::backend::Cuda;
 use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape, TensorMap};
 use crate::dim::Dim;
 use crate::error::Result;
-use crate::layout::IndexKeyCache;
+use crate::layout::{INDEX_KEY_ROW_BYTES, IndexKeyCache};
 use crate::rules::IndexCachePage;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
@@ -66,6 +66,7 @@ crate::param_block! {
         max_pages: i32,
         pages: i32,
         blocks_per_split: i32,
+        cache_map: TensorMap,
     }
 }
 
@@ -303,12 +304,13 @@ impl IndexerEntry for Cuda {
         let splits = ws.splits;
         {
             let mut args = DeviceArgs::new(self)?;
+            let cache_addr = args.read_vectors("index_cache", &cache)?;
             let params = PagedIndexerParams {
                 q: args.read_vectors("q", &queries.q)?,
                 weights: args.read("weights", &queries.weights)?,
                 block_table: args.read("block_table", &queries.block_table)?,
                 seq_lens: args.read("seq_lens", &queries.seq_lens)?,
-                cache: args.read_vectors("index_cache", &cache)?,
+                cache: cache_addr,
                 indices: args.write("indices", &mut indices)?,
                 part_keys: args.write("workspace", &mut ws.keys)?,
                 part_pos: args.write("workspace", &mut ws.pos)?,
@@ -318,6 +320,16 @@ impl IndexerEntry for Cuda {
                 max_pages: queries.max_pages as i32,
                 pages: pages as i32,
                 blocks_per_split: ws.blocks_per_split as i32,
+                // The kernel's TMA copies of a page's key tile: box (0, 0, page) of the pages'
+                // tiles, each page's first 64 rows of 128 bytes (its scales follow, copied
+                // separately); a page outside [0, pages) is never copied.
+                cache_map: TensorMap::key_tiles_of_pages(
+                    "index_cache",
+                    cache_addr,
+                    pages,
+                    PAGE * INDEX_KEY_ROW_BYTES,
+                    PAGE as u32,
+                )?,
             };
             let per_sequence = queries.next_n.div_ceil(TOKENS_PER_CTA);
             let shape = LaunchShape {
