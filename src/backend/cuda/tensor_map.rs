@@ -80,7 +80,10 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("k"), "{text}");
         assert!(text.contains("multiple of 128"), "{text}");
-        assert!(text.contains("0x7f0000000010") && text.contains("16 bytes past one"), "{text}");
+        assert!(
+            text.contains("0x7f0000000010") && text.contains("16 bytes past one"),
+            "{text}"
+        );
     }
 
     #[test]
