@@ -23,6 +23,14 @@
 #       --candidate some-branch
 #                                              candidates build only the names given (a subset
 #                                              of --only: what their change touches)
+#   scripts/gpu-bundle.sh ... --precompile lightning_indexer,topk
+#                                              and, at every build (new, baseline, candidates),
+#                                              the kernels of the named tests/kernels_compile.rs
+#                                              tests compiled here by NVRTC into .gpu/kernels/
+#                                              (the kernel cache run.sh points the binaries at):
+#                                              the GPU machine loads them instead of spending its
+#                                              time compiling them (a build whose kernels_compile
+#                                              predates the hook compiles there as before)
 #
 # HARNESS_NARROW / HARNESS_WIDE: candidate kernel files for the harness (default: the committed).
 set -euo pipefail
@@ -33,13 +41,15 @@ only=""
 baseline=""
 candidates=()
 candidate_only=""
+precompile=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --only) only=${2:?--only needs a comma-separated list of names}; shift 2 ;;
         --baseline) baseline=$(git rev-parse --verify "${2:?--baseline needs a commit}^{commit}"); shift 2 ;;
+        --precompile) precompile=${2:?--precompile needs a comma-separated list of kernels_compile tests}; shift 2 ;;
         --candidate-only) candidate_only=${2:?--candidate-only needs a comma-separated list of names}; shift 2 ;;
         --candidate) candidates+=("$(git rev-parse --verify "${2:?--candidate needs a commit}^{commit}")"); shift 2 ;;
-        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate-only name,...] [--candidate REV]..." >&2; exit 2 ;;
+        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate-only name,...] [--candidate REV]... [--precompile test,...]" >&2; exit 2 ;;
     esac
 done
 
@@ -92,6 +102,23 @@ cargo_builds() {
     fi
 }
 
+# With --precompile: the kernels of the named kernels_compile tests at source tree $1 (target
+# dir $2), compiled into the bundle's kernel cache (tests/kernels_compile.rs stores each kernel
+# as the library compiles it when SHAPEPROOF_PRECOMPILE_DIR is set; keys are the kernels' full
+# text, so every build shares the one folder).
+precompile_kernels() {
+    [ -n "$precompile" ] || return 0
+    local src=$1 target=$2
+    (
+        source "$root/scripts/nvrtc.sh" >/dev/null
+        cd "$src"
+        # shellcheck disable=SC2086
+        SHAPEPROOF_PRECOMPILE_DIR="$root/.gpu/kernels" CARGO_TARGET_DIR=$target \
+            cargo test --release --quiet --features nvrtc-tests --test kernels_compile -- \
+            ${precompile//,/ } >/dev/null 2>&1
+    ) || echo "precompile at $(git -C "$src" rev-parse --short HEAD) failed: its kernels compile on the GPU machine" >&2
+}
+
 # Copies the executables that cargo's JSON messages in file $1 name into folder $2 (GPU tests,
 # benches and examples, under the names run.sh uses), those of the selection only.
 copy_built() {
@@ -140,6 +167,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo_builds "$root" "$root/target" >"$log"
 copy_built "$log" "$out/bin"
+precompile_kernels "$root" "$root/target"
 
 # The sparse MLA kernel harness (bench/harness), from the committed kernels or from the
 # candidates named by HARNESS_NARROW / HARNESS_WIDE (paths to kernel-file copies).
@@ -169,6 +197,7 @@ if [ -n "$baseline" ]; then
     git -C "$src" rev-parse --short HEAD | tr -d '\n' >"$out/base/commit"
     cargo_builds "$src" "$root/target/baseline" >"$log"
     copy_built "$log" "$out/base"
+    precompile_kernels "$src" "$root/target/baseline"
     compress_large "$out/base"
 fi
 
@@ -187,6 +216,7 @@ for cand in "${candidates[@]}"; do
     printf %s "$short" >"$out/cand/$short/commit"
     cargo_builds "$src" "$root/target/candidate" >"$log"
     copy_built "$log" "$out/cand/$short"
+    precompile_kernels "$src" "$root/target/candidate"
     compress_large "$out/cand/$short"
 done
 
@@ -195,4 +225,5 @@ cp scripts/fp8_matmul_rate.py "$out/"
 cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
     bench/torch_timing.py "$out/"
 chmod +x "$out/run.sh"
+[ -d "$out/kernels" ] && echo "precompiled kernels: $(ls "$out/kernels" | wc -l) in $out/kernels/"
 echo "bundle ready in $out/ ($(du -sh "$out" | cut -f1))"

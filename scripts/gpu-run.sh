@@ -22,7 +22,13 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
-export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile) when it has
+# them, else a fresh folder (every kernel compiled here on first use).
+if [ -d "$here/kernels" ]; then
+    export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
+else
+    export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+fi
 # The commit the bundle was built from, for the benchmarks' JSON.
 export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
 # Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).

@@ -4,7 +4,7 @@
 #![cfg(feature = "nvrtc-tests")]
 
 use shapeproof::backend::cuda::{
-    Arch, CudaKernel, check_params, compile_kernel_reported, layout_asserts,
+    Arch, CudaKernel, KernelCache, check_params, compile_kernel_reported, layout_asserts,
 };
 use shapeproof::ops::index_cache::{IndexKeyGatherKernel, IndexKeyStoreKernel};
 use shapeproof::ops::indexer::{
@@ -49,7 +49,16 @@ fn compiles<K: CudaKernel>() {
 /// of a kernel constant is exact).
 fn compiles_with<K: CudaKernel>(extra: &str) -> String {
     let source = format!("{}{}\n{extra}", K::SOURCE, layout_asserts::<K::Params>());
-    compiles_source(&source, &K::instantiation())
+    let report = compiles_source(&source, &K::instantiation());
+    // `scripts/gpu-bundle.sh --precompile`: the kernel as the library compiles it (its own
+    // source, no checks appended), stored in the kernel cache at that folder, so that a GPU
+    // machine running the bundle loads it instead of compiling it there.
+    if let Some(dir) = std::env::var_os("SHAPEPROOF_PRECOMPILE_DIR") {
+        KernelCache::with_dir(Some(dir.into()))
+            .get_or_compile(K::SOURCE, &K::instantiation(), Arch::Sm90a)
+            .unwrap_or_else(|e| panic!("{}: {e}", K::instantiation()));
+    }
+    report
 }
 
 /// The checks of [`compiles`] on instantiation `name` of `source`; ptxas's report.
