@@ -38,10 +38,12 @@ namespace indexer {
 __host__ __device__ constexpr int ws_stages(int wgs) { return wgs >= 2 ? 6 : 5; }
 // setmaxnreg: the launch allocates 65536 registers over the SM's threads (three warpgroups and
 // a producer: 128 a thread; two and a producer: 168; one and a producer, two CTAs: 128); the
-// producer warpgroup gives back all but 56 and the consumers take the rest.
+// producer warpgroup gives back all but 56 (32 beside three consumer warpgroups, whose 160
+// then hold the head weights) and the consumers take the rest.
 constexpr u32 kWsProducerRegs = 56;
-__host__ __device__ constexpr u32 ws_consumer_regs(int wgs) { return wgs == 3 ? 152 : wgs == 2 ? 224 : 200; }
-static_assert(3 * kThreads * 152 + kThreads * kWsProducerRegs <= 4 * kThreads * 128,
+__host__ __device__ constexpr u32 ws_producer_regs(int wgs) { return wgs == 3 ? 32 : kWsProducerRegs; }
+__host__ __device__ constexpr u32 ws_consumer_regs(int wgs) { return wgs == 3 ? 160 : wgs == 2 ? 224 : 200; }
+static_assert(3 * kThreads * 160 + kThreads * 32 <= 4 * kThreads * 128,
               "three consumer warpgroups: setmaxnreg within what the launch allocated");
 static_assert(2 * kThreads * 224 + kThreads * kWsProducerRegs <= 3 * kThreads * 168,
               "two consumer warpgroups: setmaxnreg within what the launch allocated");
@@ -123,7 +125,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     __syncthreads();  // the last CTA-wide barrier: the roles part here
 
     if (wg == WGS) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(ws_producer_regs(WGS)));
         if (tid >= WGS * kThreads + 32) return;
         // Producer warp: block b's 64 key rows and scales into stage b % S once the consumers
         // released its last use. (Only one warp: the producer runs ahead and waits on the empty
@@ -246,11 +248,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
     const int quad = lane & 3;
-    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1: with two consumer
-    // warpgroups (224 registers) in registers for the whole loop (read from shared memory on
-    // every block, they were a dependent load there); with one (200) or three (152), read on
-    // every block (in registers they spill).
-    constexpr bool kWeightsInRegisters = WGS == 2;
+    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1: with two or three
+    // consumer warpgroups (224 or 160 registers) in registers for the whole loop (read
+    // from shared memory on every block, they were a dependent load there); with one (200),
+    // read on every block (in registers they spill).
+    constexpr bool kWeightsInRegisters = WGS >= 2;
     float2 w_of[kWeightsInRegisters ? N / 8 : 1];
     if constexpr (kWeightsInRegisters) {
 #pragma unroll

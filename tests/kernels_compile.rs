@@ -200,7 +200,7 @@ fn lightning_indexer() {
             prefill_indexer_smem_bytes(H, K),
         ));
         // setmaxnreg moves 224 · 256 + 56 · 128 registers at 64 heads (the pool of 384 threads
-        // at 168), 152 · 384 + 56 · 128 at 32 (three consumer warpgroups: 512 threads at 128).
+        // at 168), 160 · 384 + 32 · 128 at 32 (three consumer warpgroups: 512 threads at 128).
         let name = LightningIndexerKernel::<H, K>::instantiation();
         assert_eq!(
             registers_used(&name, &report),
