@@ -9,10 +9,12 @@
 // every block and release the stage. A warpgroup agrees on a cut with one barrier every second
 // block (`bar.red.or` of "my admission could overflow the next two blocks"), and its collective
 // steps use its own named barrier, so no warpgroup waits for another. The protocol is
-// model-checked by bench/harness/indexer_protocol.py (one and two consumer warpgroups).
+// model-checked by bench/harness/indexer_protocol.py (one to three consumer warpgroups).
 //
-// The prefill launches two consumer warpgroups over rows of keys (four tokens a CTA, one CTA an
-// SM); the paged form one over a sequence's pages (its two tokens, two CTAs an SM).
+// The prefill launches two consumer warpgroups over rows of keys at 64 heads (four tokens a
+// CTA, one CTA an SM) and three at 32 (six tokens: a warpgroup's product is half as large there,
+// and twelve consumer warps an SM hide its per-block chain better than eight); the paged form
+// one over a sequence's pages (its two tokens, two CTAs an SM).
 //
 // The key source `Keys` says where the CTA's tokens and keys are:
 //   static constexpr bool kTma   whether a block's key rows are one TMA copy (a box of 64 rows
@@ -37,14 +39,18 @@
 //   i32 index_of(s)              the index written for position s
 
 namespace indexer {
-// Key blocks in flight: six with two consumer warpgroups (one CTA an SM), five with one (two
-// CTAs an SM share the shared memory).
-__host__ __device__ constexpr int ws_stages(int wgs) { return wgs == 2 ? 6 : 5; }
-// setmaxnreg: the launch allocates 65536 registers over the SM's threads (two warpgroups and a
-// producer: 168 a thread; one and a producer, two CTAs: 128); the producer warpgroup gives back
-// all but 56 and the consumers take the rest.
+// Key blocks in flight: six with two or three consumer warpgroups (one CTA an SM), five with one
+// (two CTAs an SM share the shared memory).
+__host__ __device__ constexpr int ws_stages(int wgs) { return wgs >= 2 ? 6 : 5; }
+// setmaxnreg: the launch allocates 65536 registers over the SM's threads (three warpgroups and
+// a producer: 128 a thread; two and a producer: 168; one and a producer, two CTAs: 128); the
+// producer warpgroup gives back all but 56 (32 beside three consumer warpgroups, whose 160
+// then hold the head weights) and the consumers take the rest.
 constexpr u32 kWsProducerRegs = 56;
-__host__ __device__ constexpr u32 ws_consumer_regs(int wgs) { return wgs == 2 ? 224 : 200; }
+__host__ __device__ constexpr u32 ws_producer_regs(int wgs) { return wgs == 3 ? 32 : kWsProducerRegs; }
+__host__ __device__ constexpr u32 ws_consumer_regs(int wgs) { return wgs == 3 ? 160 : wgs == 2 ? 224 : 200; }
+static_assert(3 * kThreads * 160 + kThreads * 32 <= 4 * kThreads * 128,
+              "three consumer warpgroups: setmaxnreg within what the launch allocated");
 static_assert(2 * kThreads * 224 + kThreads * kWsProducerRegs <= 3 * kThreads * 168,
               "two consumer warpgroups: setmaxnreg within what the launch allocated");
 static_assert(2 * (kThreads * 200 + kThreads * kWsProducerRegs) <= 65536,
@@ -52,11 +58,11 @@ static_assert(2 * (kThreads * 200 + kThreads * kWsProducerRegs) <= 65536,
 
 // Shared memory of a CTA, in bytes: the Q tiles of the consumer warpgroups, the key ring, the
 // head weights, a candidate buffer a token, the ring's full and empty barriers, counters and
-// scratch. Mirrored by `prefill_indexer_smem_bytes` (two warpgroups) and
+// scratch. Mirrored by `prefill_indexer_smem_bytes` (two or three warpgroups) and
 // `indexer_smem_bytes` (one) in src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int ws_smem_bytes(int heads, int topk, int wgs) {
     return 2 * wgs * heads * kD + ws_stages(wgs) * kStageBytes + 2 * wgs * heads * 4 +
-           2 * wgs * cap_for(topk) * 8 + 2 * ws_stages(wgs) * 8 + 128;
+           2 * wgs * cap_for(topk) * 8 + 2 * ws_stages(wgs) * 8 + (wgs == 3 ? 256 : 128);
 }
 }  // namespace indexer
 
@@ -71,7 +77,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     constexpr int CAP = cap_for(TOPK);
     constexpr int S = ws_stages(WGS);
     constexpr int TOKENS = WGS * kTokens;  // query tokens of the CTA
-    static_assert(WGS == 1 || WGS == 2, "one or two consumer warpgroups");
+    static_assert(WGS >= 1 && WGS <= 3, "one to three consumer warpgroups");
     static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
     static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
     static_assert(CAP - 2 * kBlock >= TOPK, "a cut leaves room for two blocks");
@@ -126,7 +132,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     __syncthreads();  // the last CTA-wide barrier: the roles part here
 
     if (wg == WGS) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(ws_producer_regs(WGS)));
         if (tid >= WGS * kThreads + 32) return;
         // Producer warp: block b's 64 key rows and scales into stage b % S once the consumers
         // released its last use. (Only one warp: the producer runs ahead and waits on the empty
@@ -268,11 +274,11 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 
     // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
     const int quad = lane & 3;
-    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1: with two consumer
-    // warpgroups (224 registers) in registers for the whole loop (read from shared memory on
-    // every block, they were a dependent load there); with one (200), read on every block (in
-    // registers they spill).
-    constexpr bool kWeightsInRegisters = WGS == 2;
+    // The head weights of this thread's accumulator columns 8 j + 2 quad, + 1: with two or three
+    // consumer warpgroups (224 or 160 registers) in registers for the whole loop (read
+    // from shared memory on every block, they were a dependent load there); with one (200),
+    // read on every block (in registers they spill).
+    constexpr bool kWeightsInRegisters = WGS >= 2;
     float2 w_of[kWeightsInRegisters ? N / 8 : 1];
     if constexpr (kWeightsInRegisters) {
 #pragma unroll

@@ -16,20 +16,24 @@ struct IndexerParams {
 };
 
 namespace indexer {
-constexpr int kWgs = 2;                                 // consumer warpgroups of a prefill CTA
-constexpr int kPrefillTokens = kWgs * kTokens;          // query tokens a prefill CTA takes
-constexpr int kPrefillThreads = (kWgs + 1) * kThreads;  // and a producer warpgroup
-constexpr int kPrefillStages = ws_stages(kWgs);         // key blocks in flight
+// Consumer warpgroups of a prefill CTA: two at 64 heads, three at 32 (what shared memory holds:
+// a candidate buffer a token). Mirrored by `prefill_warpgroups` in src/ops/indexer/cuda.rs.
+__host__ __device__ constexpr int prefill_wgs(int heads) { return heads == 32 ? 3 : 2; }
+// Query tokens a prefill CTA takes, and its threads (with a producer warpgroup).
+__host__ __device__ constexpr int prefill_tokens(int heads) { return prefill_wgs(heads) * kTokens; }
+__host__ __device__ constexpr int prefill_threads(int heads) { return (prefill_wgs(heads) + 1) * kThreads; }
 
 // Shared memory of a prefill CTA (ws_smem_bytes). Mirrored by `prefill_indexer_smem_bytes` in
 // src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
-    return ws_smem_bytes(heads, topk, kWgs);
+    return ws_smem_bytes(heads, topk, prefill_wgs(heads));
 }
+static_assert(prefill_smem_bytes(32, 2048) <= 227 * 1024 && prefill_smem_bytes(64, 2048) <= 227 * 1024,
+              "a prefill CTA's shared memory fits an SM");
 }  // namespace indexer
 
-// The prefill's key source: a CTA takes query tokens t0 .. t0 + 3 (the heavier, later causal
-// ones first), each with its clamped range of key rows [s_kv, 128] (scales [s_kv]); the index
+// The prefill's key source: a CTA takes query tokens t0 .. t0 + tokens_per_cta - 1 (the heavier,
+// later causal ones first), each with its clamped range of key rows [s_kv, 128] (scales [s_kv]); the index
 // written for a key is its row. The key rows arrive by TMA (k_map; rows past s_kv as zeros).
 struct RowKeys {
     static constexpr bool kTma = true;
@@ -37,8 +41,8 @@ struct RowKeys {
     static constexpr bool kBulkScales = false;  // k_scale need only be 4-byte aligned
     const IndexerParams& p;
     int t0;
-    __device__ explicit RowKeys(const IndexerParams& params)
-        : p(params), t0(((int)gridDim.x - 1 - (int)blockIdx.x) * indexer::kPrefillTokens) {}
+    __device__ RowKeys(const IndexerParams& params, int tokens_per_cta)
+        : p(params), t0(((int)gridDim.x - 1 - (int)blockIdx.x) * tokens_per_cta) {}
     __device__ int row(int g) const { return t0 + g < p.tokens ? t0 + g : -1; }
     __device__ void range(int g, int& a, int& b) const {
         a = min(max(p.key_start[t0 + g], 0), p.s_kv);
@@ -67,10 +71,11 @@ struct RowKeys {
     __device__ i32 index_of(int s) const { return s; }
 };
 
-// The prefill: the warp-specialised CTA (indexer_ws.cuh) with two consumer warpgroups over
-// rows of keys, one CTA an SM.
+// The prefill: the warp-specialised CTA (indexer_ws.cuh) with two (64 heads) or three (32)
+// consumer warpgroups over rows of keys, one CTA an SM.
 template <int H_IDX, int TOPK, bool LOGITS_ONLY = false>
-__global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
+__global__ void __launch_bounds__(indexer::prefill_threads(H_IDX), 1)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
-    indexer_ws_body<H_IDX, TOPK, indexer::kWgs, LOGITS_ONLY>(RowKeys(p));
+    indexer_ws_body<H_IDX, TOPK, indexer::prefill_wgs(H_IDX), LOGITS_ONLY>(
+        RowKeys(p, indexer::prefill_tokens(H_IDX)));
 }

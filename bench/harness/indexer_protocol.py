@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model check of the barrier protocol of the lightning indexer's warp-specialised CTA,
-`indexer_ws_body` in kernels/indexer_ws.cuh, with two consumer warpgroups (the prefill) and
-with one (the paged form).
+`indexer_ws_body` in kernels/indexer_ws.cuh, with two consumer warpgroups (the prefill), three
+(the prefill at 32 heads) and one (the paged form).
 
 A producer warp fills a ring of key stages (each completing on its `full` mbarrier); the
 consumer warpgroups (two or one) of four warps each take every block: a warp issues its part of the
@@ -31,7 +31,7 @@ from wide_vt_protocol import Barrier, ProtocolError, Slot, check, schedule, unti
 
 STAGES = 6  # indexer::ws_stages(WGS): 6 with two consumer warpgroups, 5 with one
 WARPS = 4  # warps of a consumer warpgroup
-WGS = 2  # consumer warpgroups: 2 (the prefill), 1 (the paged form)
+WGS = 2  # consumer warpgroups: 2 (the prefill), 3 (the prefill at 32 heads), 1 (the paged form)
 
 
 def run(blocks, rng, broken=None):
@@ -128,7 +128,7 @@ def run(blocks, rng, broken=None):
 def main():
     global STAGES, WGS
     status = 0
-    for WGS, STAGES, form in ((2, 6, "prefill"), (1, 5, "paged")):
+    for WGS, STAGES, form in ((2, 6, "prefill"), (3, 6, "prefill at 32 heads"), (1, 5, "paged")):
         status |= check(f"indexer {form} ({WGS} consumer warpgroups), {STAGES} stages", run,
                         (0, 1, 2, 3, 5, 8, 13, 20), 300,
                         ("stage refilled without empty", "no barrier after the cuts"))

@@ -22,13 +22,22 @@ use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 const THREADS: u32 = 2 * 128;
 /// Query tokens a CTA of the paged kernel takes (`indexer::kTokens`).
 const TOKENS_PER_CTA: usize = 2;
-/// Threads per CTA of the prefill kernel: two consumer warpgroups and a producer warpgroup
-/// (`indexer::kPrefillThreads`).
-const PREFILL_THREADS: u32 = 3 * 128;
+/// Consumer warpgroups of a prefill CTA at `heads` index heads: two at 64, three at 32 (shared
+/// memory holds a candidate buffer a token; `indexer::prefill_wgs`).
+const fn prefill_warpgroups(heads: usize) -> usize {
+    if heads == 32 { 3 } else { 2 }
+}
+/// Threads per CTA of the prefill kernel: its consumer warpgroups and a producer warpgroup
+/// (`indexer::prefill_threads`).
+const fn prefill_threads(heads: usize) -> u32 {
+    ((prefill_warpgroups(heads) + 1) * 128) as u32
+}
 /// Query tokens a CTA of the prefill kernel takes, two a consumer warpgroup
-/// (`indexer::kPrefillTokens`).
-const PREFILL_TOKENS_PER_CTA: usize = 4;
-/// Key blocks in flight in the prefill kernel's ring (`indexer::kPrefillStages`).
+/// (`indexer::prefill_tokens`).
+const fn prefill_tokens_per_cta(heads: usize) -> usize {
+    2 * prefill_warpgroups(heads)
+}
+/// Key blocks in flight in the prefill kernel's ring (`indexer::ws_stages`).
 const PREFILL_STAGES: usize = 6;
 
 crate::param_block! {
@@ -154,32 +163,40 @@ pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
         + 128) as u32
 }
 
-/// Dynamic shared memory of one prefill CTA, `4·heads·128 + 6·(8192 + 256) + 16·heads +
-/// 32·cap + 96 + 128` bytes with `cap = indexer_candidates(topk)`
+/// Dynamic shared memory of one prefill CTA, `n·heads·128 + 6·(8192 + 256) + 4·n·heads +
+/// 8·n·cap + 96 + scratch` bytes with `n` its tokens (4 at 64 heads, 6 at 32), `cap =
+/// indexer_candidates(topk)` and scratch 128 bytes (256 with three consumer warpgroups)
 /// (`indexer::prefill_smem_bytes`, which the kernel asserts against its layout): the Q rows of
-/// its four tokens, a ring of six 64-key blocks with their scales, the head weights, a buffer
-/// of `cap` (key, position) pairs a token, the ring's barriers, the counters and scratch.
+/// its tokens, a ring of six 64-key blocks with their scales, the head weights, a buffer of
+/// `cap` (key, position) pairs a token, the ring's barriers, the counters and scratch.
 pub const fn prefill_indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
-    (PREFILL_TOKENS_PER_CTA * heads * 128
+    let tokens = prefill_tokens_per_cta(heads);
+    let scratch = if prefill_warpgroups(heads) == 3 {
+        256
+    } else {
+        128
+    };
+    (tokens * heads * 128
         + PREFILL_STAGES * (64 * 128 + 64 * 4)
-        + PREFILL_TOKENS_PER_CTA * heads * 4
-        + PREFILL_TOKENS_PER_CTA * indexer_candidates(topk) * 8
+        + tokens * heads * 4
+        + tokens * indexer_candidates(topk) * 8
         + 2 * PREFILL_STAGES * 8
-        + 128) as u32
+        + scratch) as u32
 }
 
-/// Grid, block and shared memory of a prefill launch over `tokens` query tokens (four a CTA, at
-/// most `i32::MAX` tokens, so the grid fits): what the library launches, and what a benchmark
-/// launching the same CTA raw must use.
+/// Grid, block and shared memory of a prefill launch over `tokens` query tokens (four a CTA at
+/// 64 heads, six at 32; at most `i32::MAX` tokens, so the grid fits): what the library
+/// launches, and what a benchmark launching the same CTA raw must use.
 pub fn prefill_indexer_launch_shape(tokens: usize, heads: usize, topk: usize) -> LaunchShape {
     LaunchShape {
-        grid: (tokens.div_ceil(PREFILL_TOKENS_PER_CTA) as u32, 1, 1),
-        block: (PREFILL_THREADS, 1, 1),
+        grid: (tokens.div_ceil(prefill_tokens_per_cta(heads)) as u32, 1, 1),
+        block: (prefill_threads(heads), 1, 1),
         smem_bytes: prefill_indexer_smem_bytes(heads, topk),
     }
 }
 
-/// `lightning_indexer_kernel<H_IDX, TOPK>`: logits and top-k fused, four query tokens a CTA.
+/// `lightning_indexer_kernel<H_IDX, TOPK>`: logits and top-k fused, four query tokens a CTA at
+/// 64 heads, six at 32.
 pub struct LightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
