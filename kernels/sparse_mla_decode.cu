@@ -59,6 +59,7 @@ constexpr int kSmemKv = kBlock * kRowBytes;
 constexpr int kSmemS = kHeads * kSStride * 4;
 constexpr int kSmemBytes = kSmemQ + 2 * kSmemKv + kSmemS + 2 * kBlock * 4;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kPScale = 16384.0f;        // 2^14: P' = kPScale . P . s / m_g (see P . V)
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     using namespace decode;
     static_assert(TOPK % 128 == 0, "top-k is whole pairs of 64-position blocks");
     extern __shared__ __align__(128) u8 smem[];
-    u8* sQ = smem;                                                  // [16][kQStride] bf16 rows
+    u8* sQ = smem;  // [16][kQStride]: f16 latent, bf16 RoPE, f32 head scale
     u8* sKvBuf = smem + kSmemQ;                                     // [2][64][656] cache rows
     float* sS = reinterpret_cast<float*>(sKvBuf + 2 * kSmemKv);     // [16][kSStride] scores
     i32* sSlotBuf = reinterpret_cast<i32*>(sS + kHeads * kSStride);  // [2][64] slot or -1
@@ -358,19 +359,20 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             l_run[r] = l_run[r] * alpha[r] + sum;
             m_run[r] = m_new;
         }
-        // The largest scale of this warp's group over the blocks so far, m_g: P' = P . s / m_g
-        // stays in [0, 1] (f16 keeps 2^-24 of the block's largest weight), and the
-        // accumulators, kept in units of m_g, are rescaled when it grows. A block of zero scales
-        // (or none yet) leaves every P' zero.
+        // The largest scale of this warp's group over the blocks so far, m_g:
+        // P' = 2^14 . P . s / m_g stays in [0, 2^14] (f16's normal range reaches 2^-14, so a
+        // weight keeps 11 bits down to 2^-28 of the largest and a step of 2^-38 below), and the
+        // accumulators, kept in units of m_g / 2^14, are rescaled when m_g grows. A block of
+        // zero scales (or none yet) leaves every P' zero.
         float bscale = fmaxf(decode::row_scale(sKv + lane * kRowBytes, warp),
                              decode::row_scale(sKv + (lane + 32) * kRowBytes, warp));
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            bscale = fmaxf(bscale, __shfl_xor_sync(0xffffffffu, bscale, o));
+        for (int off = 16; off > 0; off >>= 1) {
+            bscale = fmaxf(bscale, __shfl_xor_sync(0xffffffffu, bscale, off));
         }
         const float m_scale_new = fmaxf(m_scale, bscale);
         const float alpha_scale = m_scale_new > 0.0f ? m_scale / m_scale_new : 1.0f;
-        const float inv_scale = m_scale_new > 0.0f ? 1.0f / m_scale_new : 0.0f;
+        const float inv_scale = m_scale_new > 0.0f ? kPScale / m_scale_new : 0.0f;
         m_scale = m_scale_new;
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
@@ -430,8 +432,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             continue;
         }
         const i64 head = (i64)row * H_Q + head0 + h;
-        // The accumulators are in units of m_g.
-        const float inv = l_run[r] > 0.0f ? m_scale / l_run[r] : 0.0f;
+        // The accumulators are in units of m_g / 2^14.
+        const float inv = l_run[r] > 0.0f ? m_scale / kPScale / l_run[r] : 0.0f;
         const float lse = l_run[r] > 0.0f ? m_run[r] + logf(l_run[r]) : -pos_inf();
         if (p.splits == 1) {
 #pragma unroll
