@@ -127,16 +127,19 @@ fn bench<const H: usize, const TOPK: usize>(
         );
         let mut ov = out.as_slice_mut();
         let mut args = DeviceArgs::new(g).unwrap();
+        let k_addr = args.read_vectors("k", &kv).unwrap();
         let params = IndexerParams {
             q: args.read_vectors("q", &qv).unwrap(),
             weights: args.read("weights", &wv).unwrap(),
             key_start: args.read("key_start", &sv).unwrap(),
             key_end: args.read("key_end", &ev).unwrap(),
-            k: args.read_vectors("k", &kv).unwrap(),
+            k: k_addr,
             k_scale: args.read("k_scale", &scv).unwrap(),
             indices: args.write("indices", &mut ov).unwrap(),
             tokens: tokens as i32,
             s_kv: s_kv as i32,
+            k_map: shapeproof::backend::cuda::TensorMap::rows_of_128_bytes("k", k_addr, s_kv, 64)
+                .unwrap(),
         };
         // SAFETY: the buffers hold what the fused call's do (q tokens × H × 128 bytes, weights
         // tokens × H, the ranges tokens, k s_kv × 128 bytes, k_scale s_kv, indices tokens ×

@@ -20,8 +20,8 @@
 // ascending position from a bitmap of the selected positions (write_sorted_row).
 //
 // Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
-// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before
-// lightning_indexer_prefill.cu or lightning_indexer.cu.
+// Compiled after common.cuh and sparse_mla_common.cuh (PTX helpers), before indexer_ws.cuh
+// (the CTA both forms launch) and lightning_indexer_prefill.cu or lightning_indexer.cu.
 
 namespace indexer {
 
@@ -29,7 +29,6 @@ constexpr int kD = 128;             // channels of a head and of a key (bytes, e
 constexpr int kThreads = 128;       // one warpgroup
 constexpr int kTokens = 2;          // query tokens a warpgroup takes
 constexpr int kBlock = 64;          // keys of one block (the wgmma M)
-constexpr int kStages = 5;          // the paged CTA's cp.async ring depth (blocks)
 constexpr int kBlockBytes = kBlock * kD;
 constexpr int kStageBytes = kBlockBytes + kBlock * 4;  // the keys and their scales
 
@@ -41,8 +40,8 @@ __host__ __device__ constexpr int cap_for(int topk) {
 }
 
 // The warpgroup that runs a collective step (a count, a cut, a sort): its named barrier and
-// this thread's index in it. The paged CTA is one warpgroup on barrier 0; the prefill CTA's
-// two consumer warpgroups use barriers 1 and 2.
+// this thread's index in it. Consumer warpgroup w of a CTA (indexer_ws.cuh) uses barrier 1 + w
+// (the paged CTA has one, the prefill's two).
 struct Group {
     int bar;  // named barrier of the warpgroup's 128 threads
     int tid;  // 0 .. 127
@@ -252,46 +251,28 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
     return loose ? (tau > 0u ? tau - 1u : 0u) : tau;
 }
 
-// Sorts pos[0 .. P) ascending (P a power of two), by the THREADS threads that call it (`tid`
-// this one's index among them; `sync` their barrier), bitonic.
-template <int P, int THREADS, class Sync>
-__device__ void sort_positions(i32* pos, int tid, Sync sync) {
-    for (int k = 2; k <= P; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = tid; i < P; i += THREADS) {
-                const int partner = i ^ j;
-                if (partner > i) {
-                    const i32 a = pos[i], b = pos[partner];
-                    const bool up = (i & k) == 0;
-                    if ((a > b) == up) {
-                        pos[i] = b;
-                        pos[partner] = a;
-                    }
-                }
-            }
-            sync();
-        }
-    }
-}
-
 __host__ __device__ constexpr int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
     return p;
 }
 
-// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses, both
-// canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups 1024
-// B apart) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
+// Issues the 64 x (2 ACC) product of a key stage and a Q tile (shared-memory addresses; the Q
+// tile canonical K-major: 16-byte core rows, K-adjacent core matrices 128 B apart, 8-row groups
+// 1024 B apart; the key stage the same or, with A_SWIZZLED, 128-byte rows in the 128-byte
+// swizzle as a TMA copy writes them) into acc, asynchronously: four k-steps of 32 channels (two core matrices, 256 B),
 // one commit group. The caller waits.
-template <int ACC>
+template <int ACC, bool A_SWIZZLED = false>
 __device__ __forceinline__ void issue_block_product(float (&acc)[ACC], u32 stage, u32 q) {
     static_assert(ACC == 64 || ACC == 32, "N = 128 or 64");
     fence_regs(acc);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
-        const u64 da = make_smem_desc(stage + ks * 256, 128, 1024);
+        // A in the 128-byte swizzle (1024-byte aligned; a k-step 32 bytes further along the
+        // rows) or canonical (a k-step two core matrices, 256 bytes, further).
+        const u64 da = A_SWIZZLED ? make_smem_desc_sw128(stage + ks * 32, 1024)
+                                  : make_smem_desc(stage + ks * 256, 128, 1024);
         const u64 db = make_smem_desc(q + ks * 256, 128, 1024);
         if constexpr (ACC == 64) {
             wgmma_n128(acc, da, db, ks > 0 ? 1u : 0u);

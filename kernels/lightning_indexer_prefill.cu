@@ -1,5 +1,5 @@
 // Lightning indexer, prefill form: keys in rows (a chunk's history and itself). Compiled after
-// common.cuh, sparse_mla_common.cuh and indexer_common.cuh.
+// common.cuh, sparse_mla_common.cuh, indexer_common.cuh and indexer_ws.cuh.
 
 // Parameters of one launch. Mirrored by `IndexerParams` in src/ops/indexer/cuda.rs.
 struct IndexerParams {
@@ -12,341 +12,65 @@ struct IndexerParams {
     i32* indices;           // [T, TOPK] out: ascending positions, then -1
     i32 tokens;             // T
     i32 s_kv;
+    TensorMap k_map;        // k as [s_kv rows, 128 bytes], boxes of 64 rows, 128-byte swizzle
 };
 
 namespace indexer {
-constexpr int kWgs = 2;                            // consumer warpgroups of a prefill CTA
-constexpr int kPrefillTokens = kWgs * kTokens;     // query tokens a prefill CTA takes
+constexpr int kWgs = 2;                                 // consumer warpgroups of a prefill CTA
+constexpr int kPrefillTokens = kWgs * kTokens;          // query tokens a prefill CTA takes
 constexpr int kPrefillThreads = (kWgs + 1) * kThreads;  // and a producer warpgroup
-// setmaxnreg: the launch allocates 168 registers a thread (65536 over 384 threads: a producer
-// warp alone would cost as much, each SM sub-partition holding one warp of every warpgroup);
-// the producer warpgroup gives back all but 56 and the consumers take 224.
-constexpr u32 kPrefillConsumerRegs = 224;
-constexpr u32 kPrefillProducerRegs = 56;
-static_assert(kWgs * kThreads * kPrefillConsumerRegs + kThreads * kPrefillProducerRegs <=
-                  kPrefillThreads * 168,
-              "the registers setmaxnreg moves stay within what the launch allocated");
-constexpr int kPrefillStages = 6;                  // key blocks in flight
+constexpr int kPrefillStages = ws_stages(kWgs);         // key blocks in flight
 
-// Shared memory of a prefill CTA, in bytes: the Q tiles of both warpgroups, the key ring, the
-// head weights, a candidate buffer a token, the ring's full and empty barriers, counters and
-// scratch. Mirrored by `prefill_indexer_smem_bytes` in src/ops/indexer/cuda.rs.
+// Shared memory of a prefill CTA (ws_smem_bytes). Mirrored by `prefill_indexer_smem_bytes` in
+// src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int prefill_smem_bytes(int heads, int topk) {
-    return kPrefillTokens * heads * kD + kPrefillStages * kStageBytes + kPrefillTokens * heads * 4 +
-           kPrefillTokens * cap_for(topk) * 8 + 2 * kPrefillStages * 8 + 128;
+    return ws_smem_bytes(heads, topk, kWgs);
 }
 }  // namespace indexer
 
-// The prefill: keys [s_kv, 128] and scales [s_kv] in rows. A CTA takes query tokens t0 .. t0 + 3
-// (the heavier, later causal ones first) and streams the union of their ranges once: the first
-// warp of a producer warpgroup copies each 64-key block and its scales into a ring of six
-// stages (cp.async, completing on the stage's full barrier), and two consumer warpgroups, each
-// with two of the tokens (its own Q tile, candidates and counters), run the product, sums and
-// admissions on every block and release the stage. A warpgroup agrees on a cut with one barrier
-// every second block (`bar.red.or` of "my admission could overflow the next two blocks"), and
-// its collective steps use its own named barrier, so neither waits for the other. The protocol
-// is model-checked by bench/harness/indexer_protocol.py.
-//
-// LOGITS_ONLY (the benchmark's "logits alone", never a library launch): the same CTA without the
-// selection: each thread keeps the largest logit it computes for its token and writes its bits
-// to indices[t, thread] at the end, so the product and the sums stay; no admission, vote, cut
-// or sort.
+// The prefill's key source: a CTA takes query tokens t0 .. t0 + 3 (the heavier, later causal
+// ones first), each with its clamped range of key rows [s_kv, 128] (scales [s_kv]); the index
+// written for a key is its row. The key rows arrive by TMA (k_map; rows past s_kv as zeros).
+struct RowKeys {
+    static constexpr bool kTma = true;
+    static constexpr int kTmaRank = 2;
+    static constexpr bool kBulkScales = false;  // k_scale need only be 4-byte aligned
+    const IndexerParams& p;
+    int t0;
+    __device__ explicit RowKeys(const IndexerParams& params)
+        : p(params), t0(((int)gridDim.x - 1 - (int)blockIdx.x) * indexer::kPrefillTokens) {}
+    __device__ int row(int g) const { return t0 + g < p.tokens ? t0 + g : -1; }
+    __device__ void range(int g, int& a, int& b) const {
+        a = min(max(p.key_start[t0 + g], 0), p.s_kv);
+        b = min(max(p.key_end[t0 + g], a), p.s_kv);
+    }
+    __device__ bool block(int first, const u8*& keys, const float*& scales) const {
+        keys = p.k + (i64)first * indexer::kD;
+        scales = p.k_scale + first;
+        return true;
+    }
+    __device__ bool present(int) const { return true; }
+    __device__ const u8* base() const { return p.k; }
+    __device__ const void* tensor_map() const { return &p.k_map; }
+    __device__ bool box(int first, int& y, int& z) const {
+        y = first;
+        z = 0;
+        return true;
+    }
+    __device__ const u8* q() const { return p.q; }
+    __device__ const float* weights() const { return p.weights; }
+    __device__ i32* indices() const { return p.indices; }
+    template <int TOPK>
+    __device__ bool write_partial(int, const u32*, const i32*, int, const indexer::Group&) const {
+        return false;
+    }
+    __device__ i32 index_of(int s) const { return s; }
+};
+
+// The prefill: the warp-specialised CTA (indexer_ws.cuh) with two consumer warpgroups over
+// rows of keys, one CTA an SM.
 template <int H_IDX, int TOPK, bool LOGITS_ONLY = false>
 __global__ void __launch_bounds__(indexer::kPrefillThreads, 1)
     lightning_indexer_kernel(const __grid_constant__ IndexerParams p) {
-    using namespace indexer;
-    constexpr int N = kTokens * H_IDX;  // a warpgroup's wgmma N: the head rows of its tokens
-    constexpr int CAP = cap_for(TOPK);
-    constexpr int S = kPrefillStages;
-    static_assert(H_IDX == 32 || H_IDX == 64, "32 or 64 index heads");
-    static_assert(TOPK % 128 == 0 && TOPK <= 2048, "TOPK a multiple of 128 up to 2048");
-    static_assert(CAP - 2 * kBlock >= TOPK, "a cut leaves room for two blocks");
-
-    extern __shared__ __align__(1024) u8 smem[];
-    u8* sq = smem;                                             // [kWgs][N rows, 128] canonical
-    u8* sk = sq + kWgs * N * kD;                               // [S][64 rows, 128 | 64 scales]
-    float* sw = (float*)(sk + S * kStageBytes);                // [kPrefillTokens, H_IDX]
-    u32* cand = (u32*)(sw + kWgs * N);                         // [kPrefillTokens][CAP | CAP]
-    u64* bars = (u64*)(cand + kPrefillTokens * 2 * CAP);       // full [S], empty [S]
-    int* count = (int*)(bars + 2 * S);                         // [kPrefillTokens]
-    u32* tau = (u32*)(count + kPrefillTokens);                 // [kPrefillTokens]
-    int* red_all = (int*)(tau + kPrefillTokens);               // [kWgs][2][4] scratch
-    static_assert(prefill_smem_bytes(H_IDX, TOPK) >=
-                      kWgs * N * kD + S * kStageBytes + kWgs * N * 4 + kPrefillTokens * CAP * 8 +
-                          2 * S * 8 + (2 * kPrefillTokens + kWgs * 8) * 4,
-                  "shared-memory formula covers the layout");
-    auto full_bar = [&](int s) { return smem_addr(bars + s); };
-    auto empty_bar = [&](int s) { return smem_addr(bars + S + s); };
-
-    const int tid = threadIdx.x;
-    const int wg = tid / kThreads;  // 0, 1: consumers; 2: the producer (its first warp copies)
-    const int t0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * kPrefillTokens;
-
-    // The CTA's key rows: the union of its tokens' clamped ranges (every thread computes it).
-    int lo = 0x7fffffff, hi = 0;
-#pragma unroll
-    for (int g = 0; g < kPrefillTokens; ++g) {
-        if (t0 + g < p.tokens) {
-            const int a = min(max(p.key_start[t0 + g], 0), p.s_kv);
-            const int b = min(max(p.key_end[t0 + g], a), p.s_kv);
-            if (b > a) {
-                lo = min(lo, a);
-                hi = max(hi, b);
-            }
-        }
-    }
-    const int blocks = hi > lo ? (hi - lo + kBlock - 1) / kBlock : 0;
-
-    if (tid == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(full_bar(s), 32);                // the producer's lanes
-            mbar_init(empty_bar(s), kWgs * kThreads);  // every consumer thread
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();  // the last CTA-wide barrier: the roles part here
-
-    if (wg == kWgs) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kPrefillProducerRegs));
-        if (tid >= kWgs * kThreads + 32) return;
-        // Producer warp: block b's 64 key rows (16-byte copies into the canonical layout) and
-        // scales into stage b % S once the consumers released its last use. Rows past the
-        // union are zero-filled without a read. (Only one warp: the producer runs ahead and
-        // waits on the empty barriers, and more waiting warps took issue slots from the
-        // consumers.)
-        //
-        // Copy i: rows 8 (i / 2) .. + 7, channels 64 (i % 2) .. + 63; eight lanes write the eight
-        // rows of one 16-channel column, 128 contiguous bytes of the canonical layout (no bank
-        // conflict), and read 16 bytes of each row (a copy reads 16 whole sectors). Lane l's
-        // copy i reads row 8 (i / 2) + l % 8, channels 16 (l / 8 + 4 (i % 2)): its source and
-        // destination offsets are the lane's own plus constants of i.
-        const int lane = tid & 31;
-        const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
-        const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
-        for (int b = 0; b < blocks; ++b) {
-            const int st = b % S;
-            if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
-            const int first = lo + b * kBlock;
-            const u32 dst = smem_addr(sk + st * kStageBytes) + lane_dst;
-            const u8* src = p.k + (i64)first * kD + lane_src;
-            if (first + kBlock <= hi) {  // a whole block: no row to check
-#pragma unroll
-                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i)
-                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512, src + (i >> 1) * 8 * kD + (i & 1) * 64, 16u);
-#pragma unroll
-                for (int i = 0; i < kBlock / 32; ++i) {
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst - lane_dst + kBlockBytes + (lane + 32 * i) * 4),
-                                 "l"(p.k_scale + first + lane + 32 * i)
-                                 : "memory");
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < kBlock * (kD / 16) / 32; ++i) {
-                    const bool valid = first + 8 * (i >> 1) + (lane & 7) < hi;
-                    cp_async_16(dst + (i >> 1) * 1024 + (i & 1) * 512,
-                                valid ? (const void*)(src + (i >> 1) * 8 * kD + (i & 1) * 64) : (const void*)p.k,
-                                valid ? 16u : 0u);
-                }
-#pragma unroll
-                for (int i = 0; i < kBlock / 32; ++i) {
-                    const int r = lane + 32 * i;
-                    const bool valid = first + r < hi;
-                    const void* from = valid ? (const void*)(p.k_scale + first + r) : (const void*)p.k_scale;
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst - lane_dst + kBlockBytes + r * 4),
-                                 "l"(from), "r"(valid ? 4u : 0u)
-                                 : "memory");
-                }
-            }
-            mbar_arrive_cp_async(full_bar(st));
-        }
-        // The warp leaves only once its copies have landed (their arrivals are then done too).
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        return;
-    }
-
-    // Consumer warpgroup `wg`: tokens t0 + 2 wg + g (g = 0, 1).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kPrefillConsumerRegs));
-    const Group grp{1 + wg, tid - wg * kThreads};
-    const int gt = grp.tid, warp = gt >> 5, lane = gt & 31;
-    u8* my_q = sq + wg * N * kD;
-    float* my_w = sw + wg * N;
-    u32* my_cand = cand + wg * kTokens * 2 * CAP;
-    int* my_count = count + wg * kTokens;
-    u32* my_tau = tau + wg * kTokens;
-    int* red = red_all + wg * 8;
-    auto cand_key = [&](int g) { return my_cand + g * 2 * CAP; };
-    auto cand_pos = [&](int g) { return (i32*)(my_cand + g * 2 * CAP + CAP); };
-    static_assert(kTokens == 2, "row_of selects between two tokens");
-    const int row0 = t0 + 2 * wg < p.tokens ? t0 + 2 * wg : -1;
-    const int row1 = t0 + 2 * wg + 1 < p.tokens ? t0 + 2 * wg + 1 : -1;
-    auto row_of = [&](int g) { return g == 0 ? row0 : row1; };
-
-    // Q rows r = g * H_IDX + h into the canonical layout (a missing token's rows are zeros),
-    // the head weights, the counters.
-    for (int e = gt; e < N * (kD / 16); e += kThreads) {
-        const int r = e / (kD / 16), c = e % (kD / 16);
-        const int t = row_of(r / H_IDX);
-        const bool valid = t >= 0;
-        const u8* src = p.q + (valid ? ((i64)t * H_IDX + r % H_IDX) * kD + c * 16 : (i64)0);
-        cp_async_16(smem_addr(my_q) + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, valid ? 16u : 0u);
-    }
-    for (int e = gt; e < N; e += kThreads) {
-        const int t = row_of(e / H_IDX);
-        my_w[e] = t >= 0 ? p.weights[(i64)t * H_IDX + e % H_IDX] : 0.f;
-    }
-    if (gt < kTokens) {
-        my_count[gt] = 0;
-        my_tau[gt] = 0u;  // below every order key: admit everything until the first cut
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    grp.sync();  // the Q tile, weights and counters are in place for the whole warpgroup
-    fence_proxy_async();
-
-    // This lane admits row (warp*16 + lane/4 + 8*my_half) of a block for token my_g.
-    const int quad = lane & 3;
-    const int my_g = quad >> 1, my_half = quad & 1;
-    int my_lo = 0, my_hi = 0;
-    if (row_of(my_g) >= 0) {
-        const int t = row_of(my_g);
-        my_lo = min(max(p.key_start[t], 0), p.s_kv);
-        my_hi = min(max(p.key_end[t], my_lo), p.s_kv);
-    }
-    int parity = 0;
-
-    constexpr int kAcc = N / 2;
-    // Block b's product into acc, once its stage is full (asynchronous: the caller waits).
-    auto issue = [&](float (&acc)[kAcc], int b) {
-        const int st = b % S;
-        mbar_wait(full_bar(st), (u32)(b / S) & 1u);
-        fence_proxy_async();  // the producer's copies, seen by the tensor cores
-        issue_block_product(acc, smem_addr(sk + st * kStageBytes), smem_addr(my_q));
-    };
-    // The tokens' thresholds, in registers: they change only in a cut, after which every thread
-    // reads them again.
-    u32 tau_reg[kTokens] = {0u, 0u};
-    // Whether an admission since the last vote left a buffer without room for two blocks.
-    bool pending_full = false;
-    float best_logit = -pos_inf();  // LOGITS_ONLY: the largest logit this thread computed
-    // Block b's head sums from acc (its product is complete), its admissions and the stage's
-    // release; with `vote` (every second block, and the last), the warpgroup's vote on a cut and
-    // the cuts it calls for. A vote leaves room for two blocks: CAP - 2 * kBlock >= TOPK.
-    auto consume = [&](float (&acc)[kAcc], int b, bool vote) {
-        fence_regs(acc);
-        // Two independent partial sums a (token, row), over alternate column groups: half the
-        // dependent chain.
-        float part[kTokens][2][2];
-#pragma unroll
-        for (int g = 0; g < kTokens; ++g) part[g][0][0] = part[g][0][1] = part[g][1][0] = part[g][1][1] = 0.f;
-#pragma unroll
-        for (int j = 0; j < N / 8; ++j) {
-            const int g = (8 * j) / H_IDX;
-            const float2 w = *(const float2*)(my_w + 8 * j + 2 * quad);
-            // One fused multiply-add a head (a sum of products would cost a multiply and an add).
-            part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0][j & 1]);
-            part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0][j & 1]);
-            part[g][1][j & 1] = fmaf(fmaxf(acc[4 * j + 2], 0.f), w.x, part[g][1][j & 1]);
-            part[g][1][j & 1] = fmaf(fmaxf(acc[4 * j + 3], 0.f), w.y, part[g][1][j & 1]);
-        }
-        float sum[kTokens][2];
-#pragma unroll
-        for (int g = 0; g < kTokens; ++g) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                sum[g][h] = part[g][h][0] + part[g][h][1];
-                sum[g][h] += __shfl_xor_sync(0xffffffffu, sum[g][h], 1);
-                sum[g][h] += __shfl_xor_sync(0xffffffffu, sum[g][h], 2);
-            }
-        }
-        const float mine = quad == 0 ? sum[0][0] : quad == 1 ? sum[0][1] : quad == 2 ? sum[1][0] : sum[1][1];
-        const int row = warp * 16 + (lane >> 2) + 8 * my_half;
-        const int s = lo + b * kBlock + row;
-        const float scale = *(const float*)(sk + (b % S) * kStageBytes + kBlockBytes + row * 4);
-        mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
-        if constexpr (LOGITS_ONLY) {
-            if (s >= my_lo && s < my_hi) best_logit = fmaxf(best_logit, mine * scale);
-            return;
-        }
-        if (s >= my_lo && s < my_hi) {
-            const u32 key = order_key(mine * scale);
-            if (key > (my_g ? tau_reg[1] : tau_reg[0])) {
-                const int at = atomicAdd(my_count + my_g, 1);
-                cand_key(my_g)[at] = key;
-                cand_pos(my_g)[at] = s;
-                pending_full = pending_full || at + 1 > CAP - 2 * kBlock;
-            }
-        }
-        if (!vote) return;
-        // The vote: one barrier every second block. Then (rare) every thread reads the same
-        // counts, and the cuts end in a barrier before the next block's admissions.
-        const bool cut_any = named_barrier_any(grp.bar, kThreads, pending_full);
-        pending_full = false;
-        if (cut_any) {
-#pragma unroll
-            for (int g = 0; g < kTokens; ++g) {
-                const int n = my_count[g];
-                if (n > CAP - 2 * kBlock) {
-                    int kept;
-                    const u32 cut = cut_to_topk<CAP, TOPK, true>(cand_key(g), cand_pos(g), n, red, parity, grp, kept);
-                    if (gt == 0) {
-                        my_count[g] = kept;
-                        my_tau[g] = cut;
-                    }
-                    grp.sync();
-                }
-            }
-            tau_reg[0] = my_tau[0];
-            tau_reg[1] = my_tau[1];
-            // Every thread has read the counts and thresholds before any admits again: a warp
-            // may run on to the next block's admissions as soon as its own wgmma wait returns,
-            // which does not wait for the other warps' reads here, and a count it raised could
-            // send a late warp into a cut alone.
-            grp.sync();
-        }
-    };
-
-    // The product of block b + 1 runs under block b's sums (two accumulator sets); no wgmma is in
-    // flight across the loop's back-edge (ptxas would serialise every wgmma), so the loop waits
-    // for everything at the end of each pair, when the product is long done.
-    float acc0[kAcc], acc1[kAcc];
-    if (blocks > 0) issue(acc0, 0);
-    int b = 0;
-    for (; b + 2 < blocks; b += 2) {
-        issue(acc1, b + 1);
-        wgmma_wait<1>();
-        consume(acc0, b, false);
-        issue(acc0, b + 2);
-        wgmma_wait<1>();
-        consume(acc1, b + 1, true);
-        wgmma_wait<0>();
-    }
-    if (b + 1 < blocks) {  // two blocks left
-        issue(acc1, b + 1);
-        wgmma_wait<1>();
-        consume(acc0, b, false);
-        wgmma_wait<0>();
-        consume(acc1, b + 1, true);
-    } else if (b < blocks) {  // one block left
-        wgmma_wait<0>();
-        consume(acc0, b, true);
-    }
-    wgmma_wait<0>();
-    if constexpr (LOGITS_ONLY) {
-        const int t = row_of(my_g);
-        if (t >= 0) p.indices[(i64)t * TOPK + gt] = __float_as_int(best_logit);  // TOPK >= 128
-        return;
-    }
-
-    // The final (exact) cut and the row, written in ascending position from a bitmap in the
-    // token's buffer.
-#pragma unroll
-    for (int g = 0; g < kTokens; ++g) {
-        const int t = row_of(g);
-        if (t < 0) continue;  // uniform over the warpgroup
-        int n = my_count[g];
-        if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp, n);
-        }
-        write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, lo, hi, red, parity, grp,
-                                    p.indices + (i64)t * TOPK, [](int s) { return s; });
-    }
+    indexer_ws_body<H_IDX, TOPK, indexer::kWgs, LOGITS_ONLY>(RowKeys(p));
 }

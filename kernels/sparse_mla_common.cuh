@@ -110,6 +110,19 @@ __device__ __forceinline__ u64 make_smem_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
 }
 
+// A TMA tensor map (CUtensorMap), made on the host and passed in a kernel's parameters.
+// Mirrored by `TensorMap` in src/backend/cuda/tensor_map.rs.
+struct alignas(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+// wgmma shared-memory matrix descriptor, K-major in the 128-byte swizzle (layout type 1): rows
+// of 128 bytes, 8-row groups `sbo` bytes apart, the tile 1024-byte aligned; a k-step within
+// the rows advances the start address (the leading-dimension offset is unused).
+__device__ __forceinline__ u64 make_smem_desc_sw128(u32 addr, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(sbo >> 4) << 32) | ((u64)1 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }

@@ -208,10 +208,17 @@ fn lightning_indexer() {
         );
     }
     fn paged<const H: usize, const K: usize>() {
-        compiles_with::<PagedLightningIndexerKernel<H, K>>(&mirror(
+        let report = compiles_with::<PagedLightningIndexerKernel<H, K>>(&mirror(
             &format!("indexer::smem_bytes({H}, {K})"),
             indexer_smem_bytes(H, K),
         ));
+        // setmaxnreg moves 200 · 128 + 56 · 128 registers: the pool of 256 threads at 128.
+        let name = PagedLightningIndexerKernel::<H, K>::instantiation();
+        assert_eq!(
+            registers_used(&name, &report),
+            128,
+            "{name}: registers at launch"
+        );
     }
     fn merge<const K: usize>() {
         compiles_with::<PagedIndexerMergeKernel<K>>(&mirror(

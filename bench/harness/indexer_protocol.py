@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Model check of the barrier protocol of the lightning indexer's prefill CTA,
-`lightning_indexer_kernel` in kernels/lightning_indexer_prefill.cu.
+"""Model check of the barrier protocol of the lightning indexer's warp-specialised CTA,
+`indexer_ws_body` in kernels/indexer_ws.cuh, with two consumer warpgroups (the prefill) and
+with one (the paged form).
 
-A producer warp fills a ring of key stages (each completing on its `full` mbarrier); two
-consumer warpgroups of four warps each take every block: a warp issues its part of the
+A producer warp fills a ring of key stages (each completing on its `full` mbarrier); the
+consumer warpgroups (two or one) of four warps each take every block: a warp issues its part of the
 warpgroup's product of block b (a wgmma reads the stage), waits for the product before (the
 product of a block completes once all four warps of the warpgroup issued it), then runs
 `consume`: it reads the block's scales from the stage, arrives on the stage's `empty` mbarrier
-(eight warps), and admits candidates (which raises its tokens' counts). Every second block (and
+(every consumer warp), and admits candidates (which raises its tokens' counts). Every second block (and
 the last) the warpgroup votes on a cut (`bar.red.or`, a barrier of its four warps); when any
 warp asks, every warp reads the counts to decide which token to cut, the cuts themselves run
 behind barriers, and a last barrier keeps every warp's reads ahead of the next admissions.
@@ -28,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wide_vt_protocol import Barrier, ProtocolError, Slot, check, schedule, until  # noqa: E402
 
-STAGES = 6  # indexer::kPrefillStages
+STAGES = 6  # indexer::ws_stages(WGS): 6 with two consumer warpgroups, 5 with one
 WARPS = 4  # warps of a consumer warpgroup
-WGS = 2  # consumer warpgroups
+WGS = 2  # consumer warpgroups: 2 (the prefill), 1 (the paged form)
 
 
 def run(blocks, rng, broken=None):
@@ -125,8 +126,13 @@ def run(blocks, rng, broken=None):
 
 
 def main():
-    return check(f"indexer prefill, {STAGES} stages", run, (0, 1, 2, 3, 5, 8, 13, 20), 300,
-                 ("stage refilled without empty", "no barrier after the cuts"))
+    global STAGES, WGS
+    status = 0
+    for WGS, STAGES, form in ((2, 6, "prefill"), (1, 5, "paged")):
+        status |= check(f"indexer {form} ({WGS} consumer warpgroups), {STAGES} stages", run,
+                        (0, 1, 2, 3, 5, 8, 13, 20), 300,
+                        ("stage refilled without empty", "no barrier after the cuts"))
+    return status
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ every row with the exact top-k (largest keys, ties to the lower position, ascend
 ties), all keys equal, keys that rise with the position (a cut every few blocks), ranges longer
 than one bitmap window, empty ranges.
 
-Forms: "prefill" (and the paged form built on its CTA): a vote every second block and at the
-last, cutting a buffer that an admission left above CAP - 2 * 64; "paged" (the single-warpgroup
-CTA): a cut after any block that left a buffer above CAP - 64.
+Both forms run one CTA (kernels/indexer_ws.cuh): a vote every second block and at the last,
+cutting a buffer that an admission left above CAP - 2 * 64.
 
 Run it with no arguments; it exits non-zero when a row differs, a buffer overflows or the
 threshold falls, or when a deliberately broken variant of the algorithm passes.
@@ -88,7 +87,7 @@ def write_row(positions, lo, hi, topk, cap, broken):
     return out + [-1] * (topk - len(out))
 
 
-def select(keys, lo, hi, lo_t, hi_t, topk, form, broken=None):
+def select(keys, lo, hi, lo_t, hi_t, topk, broken=None):
     """One token's row: keys[s] for positions s, the CTA's range [lo, hi), the token's
     [lo_t, hi_t)."""
     cap = cap_for(topk)
@@ -101,12 +100,9 @@ def select(keys, lo, hi, lo_t, hi_t, topk, form, broken=None):
                 if len(buf) > cap:
                     raise AssertionError(f"buffer overflow at block {b}")
                 pending |= len(buf) > cap - 2 * BLOCK
-        if form == "paged":
-            due = len(buf) > cap - BLOCK
-        else:
-            vote = b % 2 == 1 or b == blocks - 1
-            due = vote and pending and len(buf) > cap - 2 * BLOCK
-            pending = pending and not vote
+        vote = b % 2 == 1 or b == blocks - 1
+        due = vote and pending and len(buf) > cap - 2 * BLOCK
+        pending = pending and not vote
         if due:
             buf, after = cut(buf, topk, cap, True, broken)
             if after < threshold:
@@ -150,14 +146,13 @@ def check(broken=None, rounds=3):
                 hi_t = rng.randrange(lo_t, hi + 1)
                 if rng.random() < 0.5:
                     lo_t, hi_t = lo, hi
-                for form in ("prefill", "paged"):
-                    case = f"TOPK {topk}, {name}, {len(stream)} keys, token [{lo_t}, {hi_t}), {form}"
-                    try:
-                        got = select(keys, lo, hi, lo_t, hi_t, topk, form, broken)
-                    except AssertionError as e:
-                        return f"{case}: {e}"
-                    if got != exact(keys, lo_t, hi_t, topk):
-                        return f"{case}: the row differs from the exact top-k"
+                case = f"TOPK {topk}, {name}, {len(stream)} keys, token [{lo_t}, {hi_t})"
+                try:
+                    got = select(keys, lo, hi, lo_t, hi_t, topk, broken)
+                except AssertionError as e:
+                    return f"{case}: {e}"
+                if got != exact(keys, lo_t, hi_t, topk):
+                    return f"{case}: the row differs from the exact top-k"
     return None
 
 

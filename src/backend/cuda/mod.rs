@@ -20,12 +20,14 @@ mod graph;
 mod jit;
 mod launch;
 mod params;
+mod tensor_map;
 
 pub use foreign::ForeignDeviceBuffer;
 pub use graph::{Graph, GraphRecorder, IsCuda};
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel, compile_kernel_reported};
 pub use launch::{CudaKernel, DeviceArgs, LaunchShape};
 pub use params::{ParamBlock, ParamField, check_params, layout_asserts};
+pub use tensor_map::TensorMap;
 
 use std::any::TypeId;
 use std::collections::HashMap;

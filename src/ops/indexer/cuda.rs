@@ -1,6 +1,7 @@
 //! CUDA launch of [`LightningIndexer`] (`kernels/lightning_indexer_prefill.cu`; the paged form
-//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh`), and
-//! its CUDA-only entry [`LightningIndexer::record`].
+//! and its merge `kernels/lightning_indexer.cu`; both after `kernels/indexer_common.cuh` and
+//! `kernels/indexer_ws.cuh`, the CTA they share), and its CUDA-only entry
+//! [`LightningIndexer::record`].
 
 use std::marker::PhantomData;
 
@@ -10,15 +11,15 @@ use super::{
     RunIndexer,
 };
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape, TensorMap};
 use crate::dim::Dim;
 use crate::error::Result;
-use crate::layout::IndexKeyCache;
+use crate::layout::{INDEX_KEY_ROW_BYTES, IndexKeyCache};
 use crate::rules::IndexCachePage;
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
-/// Threads per CTA of the paged kernel: one warpgroup (`indexer::kThreads`).
-const THREADS: u32 = 128;
+/// Threads per CTA of the paged kernel: a consumer warpgroup and a producer warpgroup.
+const THREADS: u32 = 2 * 128;
 /// Query tokens a CTA of the paged kernel takes (`indexer::kTokens`).
 const TOKENS_PER_CTA: usize = 2;
 /// Threads per CTA of the prefill kernel: two consumer warpgroups and a producer warpgroup
@@ -44,6 +45,7 @@ crate::param_block! {
         pub indices: u64,
         pub tokens: i32,
         pub s_kv: i32,
+        pub k_map: TensorMap,
     }
 }
 
@@ -64,6 +66,7 @@ crate::param_block! {
         max_pages: i32,
         pages: i32,
         blocks_per_split: i32,
+        cache_map: TensorMap,
     }
 }
 
@@ -99,8 +102,8 @@ pub const fn merge_fan(topk: usize) -> usize {
 }
 
 /// Dynamic shared memory of a merge CTA (`indexer::merge_smem_bytes`): `FAN · topk` candidates
-/// of 8 bytes, the sorted row (the power of two at or above `topk`, 4 bytes each), a 256-bin
-/// histogram and 16 words of scratch.
+/// of 8 bytes, the last level's kept positions (room for the power of two at or above `topk`, 4
+/// bytes each), a 256-bin histogram and 16 words of scratch.
 pub const fn indexer_merge_smem_bytes(topk: usize) -> u32 {
     (merge_fan(topk) * topk * 8 + topk.next_power_of_two() * 4 + 256 * 4 + 16 * 4) as u32
 }
@@ -137,16 +140,18 @@ pub const fn indexer_candidates(topk: usize) -> usize {
     topk + if topk / 2 > 128 { topk / 2 } else { 128 }
 }
 
-/// Dynamic shared memory of one CTA, `2·heads·128 + 5·(8192 + 256) + 8·heads + 16·cap + 64`
-/// bytes with `cap = indexer_candidates(topk)` (`indexer::smem_bytes`, which the kernel asserts
-/// against its layout): the two tokens' Q rows, a ring of five 64-key blocks with their scales,
-/// the head weights, a buffer of `cap` (key, position) pairs a token, and the counters.
+/// Dynamic shared memory of one paged CTA, `2·heads·128 + 5·(8192 + 256) + 8·heads + 16·cap +
+/// 80 + 128` bytes with `cap = indexer_candidates(topk)` (`indexer::smem_bytes`, which the
+/// kernel asserts against its layout): the two tokens' Q rows, a ring of five 64-key blocks with
+/// their scales, the head weights, a buffer of `cap` (key, position) pairs a token, the ring's
+/// barriers, the counters and scratch. Two CTAs share an SM.
 pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
     (TOKENS_PER_CTA * heads * 128
         + 5 * (64 * 128 + 64 * 4)
         + TOKENS_PER_CTA * heads * 4
         + TOKENS_PER_CTA * indexer_candidates(topk) * 8
-        + 64) as u32
+        + 2 * 5 * 8
+        + 128) as u32
 }
 
 /// Dynamic shared memory of one prefill CTA, `4·heads·128 + 6·(8192 + 256) + 16·heads +
@@ -186,6 +191,8 @@ const PAGED_SOURCE: &str = concat!(
     "\n",
     include_str!("../../../kernels/indexer_common.cuh"),
     "\n",
+    include_str!("../../../kernels/indexer_ws.cuh"),
+    "\n",
     include_str!("../../../kernels/lightning_indexer.cu")
 );
 
@@ -194,6 +201,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
         include_str!("../../../kernels/sparse_mla_common.cuh"),
         "\n",
         include_str!("../../../kernels/indexer_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/indexer_ws.cuh"),
         "\n",
         include_str!("../../../kernels/lightning_indexer_prefill.cu")
     );
@@ -204,8 +213,8 @@ impl<const H_IDX: usize, const TOPK: usize> CudaKernel for LightningIndexerKerne
     }
 }
 
-/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: one warpgroup over a sequence's pages, two
-/// of its `next_n` tokens a CTA.
+/// `paged_lightning_indexer_kernel<H_IDX, TOPK>`: a consumer warpgroup (two of a sequence's
+/// `next_n` tokens) and a producer warpgroup over the sequence's pages, two CTAs an SM.
 pub struct PagedLightningIndexerKernel<const H_IDX: usize, const TOPK: usize>(
     PhantomData<(Dim<H_IDX>, Dim<TOPK>)>,
 );
@@ -253,21 +262,25 @@ impl IndexerEntry for Cuda {
             return Ok(());
         }
         let mut args = DeviceArgs::new(self)?;
+        let k = args.read_vectors("k", &keys.k)?;
         let params = IndexerParams {
             q: args.read_vectors("q", &queries.q)?,
             weights: args.read("weights", &queries.weights)?,
             key_start: args.read("key_start", &queries.key_start)?,
             key_end: args.read("key_end", &queries.key_end)?,
-            k: args.read_vectors("k", &keys.k)?,
+            k,
             k_scale: args.read("k_scale", &keys.k_scale)?,
             indices: args.write("indices", &mut indices)?,
             tokens: tokens as i32,
             s_kv: s_kv as i32,
+            // The kernel's TMA copies of k: s_kv rows of 128 bytes (its admitted extent), in
+            // boxes of one 64-key block; nothing past them is read.
+            k_map: TensorMap::rows_of_128_bytes("k", k, s_kv, 64)?,
         };
         let shape = prefill_indexer_launch_shape(tokens, H_IDX, TOPK);
         // SAFETY: q holds tokens × H_IDX × 128 bytes, weights tokens × H_IDX, the ranges tokens,
-        // k s_kv × 128 bytes, k_scale s_kv and indices tokens × TOPK (tied by the checked
-        // structs and `run`); the kernel clamps every range to [0, s_kv] and touches no row of
+        // k s_kv × 128 bytes (k_map's extent), k_scale s_kv and indices tokens × TOPK (tied by
+        // the checked structs and `run`); the kernel clamps every range to [0, s_kv] and touches no row of
         // q, weights or indices at or past `tokens`.
         unsafe { args.launch::<LightningIndexerKernel<H_IDX, TOPK>>(shape, &params) }
     }
@@ -291,12 +304,13 @@ impl IndexerEntry for Cuda {
         let splits = ws.splits;
         {
             let mut args = DeviceArgs::new(self)?;
+            let cache_addr = args.read_vectors("index_cache", &cache)?;
             let params = PagedIndexerParams {
                 q: args.read_vectors("q", &queries.q)?,
                 weights: args.read("weights", &queries.weights)?,
                 block_table: args.read("block_table", &queries.block_table)?,
                 seq_lens: args.read("seq_lens", &queries.seq_lens)?,
-                cache: args.read_vectors("index_cache", &cache)?,
+                cache: cache_addr,
                 indices: args.write("indices", &mut indices)?,
                 part_keys: args.write("workspace", &mut ws.keys)?,
                 part_pos: args.write("workspace", &mut ws.pos)?,
@@ -306,6 +320,16 @@ impl IndexerEntry for Cuda {
                 max_pages: queries.max_pages as i32,
                 pages: pages as i32,
                 blocks_per_split: ws.blocks_per_split as i32,
+                // The kernel's TMA copies of a page's key tile: box (0, 0, page) of the pages'
+                // tiles, each page's first 64 rows of 128 bytes (its scales follow, copied
+                // separately); a page outside [0, pages) is never copied.
+                cache_map: TensorMap::key_tiles_of_pages(
+                    "index_cache",
+                    cache_addr,
+                    pages,
+                    PAGE * INDEX_KEY_ROW_BYTES,
+                    PAGE as u32,
+                )?,
             };
             let per_sequence = queries.next_n.div_ceil(TOKENS_PER_CTA);
             let shape = LaunchShape {

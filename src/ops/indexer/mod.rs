@@ -87,6 +87,12 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
     /// clamped to `[0, s_kv]`; an empty range gives a row of -1) with the largest logits.
     ///
     /// The queries, the keys and `indices` can each be owned or views of the caller's buffers.
+    ///
+    /// # Errors
+    /// `indices` without a row for every query token. On CUDA, a view whose address breaks its
+    /// copies' alignment: `k` must start on a multiple of 128 bytes (the kernel copies its rows
+    /// by TMA in the 128-byte swizzle; an owned buffer and any view starting at a whole row of
+    /// one always do), `q` on a multiple of 16; each `Err` names the parameter.
     pub fn run<B: RunIndexer, SQ: Storage<B>, SK: Storage<B>, SO: StorageMut<B>>(
         &self,
         backend: &B,
