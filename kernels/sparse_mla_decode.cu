@@ -1,17 +1,28 @@
 // shapeproof — sparse MLA decode over DeepSeek V3.2's FP8 cache (docs/kernels/mla_cache.md §8.5),
-// sm_90a, first version: bf16 tensor cores (mma.sync m16n8k16), the cache rows dequantized on
-// the fly (exact: e4m3 times a power of two is a bf16), the top-k split over CTAs when the
-// batch is too small to fill the GPU, and a combine kernel that merges the splits.
-// Compiled after common.cuh and sparse_mla_common.cuh (cp_async_16; smem_addr is common.cuh's).
+// sm_90a: f16 tensor cores (mma.sync m16n8k16) fed the cache's e4m3 bytes by one conversion
+// instruction per two values (exact), the per-group scales folded into the partial scores and
+// into P instead of into every K and V value, the top-k split over CTAs when the batch is too
+// small to fill the GPU, and a combine kernel that merges the splits.
+// Compiled after common.cuh and sparse_mla_common.cuh (cp_async_16, byte_perm; smem_addr is
+// common.cuh's).
 //
 // One CTA = (query row, group of 16 heads, split of the top-k), 4 warps, two CTAs an SM. Per
 // block of 64 top-k positions: the 64 cache rows (656 bytes each; an invalid slot is a zero row,
 // never read) are copied into shared memory with cp.async, double-buffered — block b + 1's
 // copies are issued before block b is computed, and block b + 2's slots are read from global
-// memory into registers meanwhile; S = Q . K^T (M = 16 heads, N = 64 tokens, K = 576) with each warp
-// taking 16 tokens, written to shared memory; every warp then runs the same online softmax over
-// the 64 scores of each head (identical arithmetic, so identical running max and sum) and
-// multiplies P (bf16) by its own 128 dims of V — one scale group — into its accumulators.
+// memory into registers meanwhile.
+// - S = Q . K^T (M = 16 heads, N = 64 tokens, K = 576), each warp taking 16 tokens: the latent
+//   part per 128-channel scale group g into a fresh accumulator, promoted as
+//   S += s_k[t, g] . acc_g; Q's latent part is f16, scaled per head by a power of two that puts
+//   its largest value in [2^13, 2^14) (bf16 values are then exact in f16 down to 2^-27 of the
+//   head's largest), the scale multiplied back at the end; the RoPE part by bf16 mma on the
+//   cache's bf16 values. Written to shared memory.
+// - Every warp runs the same online softmax over the 64 scores of each head (identical
+//   arithmetic, so identical running max and sum) and multiplies P by its own 128 dims of V —
+//   one scale group g = warp — into its accumulators: P'[h, t] = P[h, t] . s_k[t, g] / m_g in
+//   f16, where m_g is the largest scale of group g seen so far (so P' <= 1; the accumulators
+//   are rescaled when it grows, exactly: scales are powers of two), V the raw e4m3 bytes
+//   converted to f16, and the output multiplied by m_g at the end.
 // H_Q = 8 runs one 16-head group whose last 8 heads have zero queries and are not written.
 
 // Mirrored by `DecodeParams` in src/ops/sparse_mla_decode/cuda.rs (checked by the NVRTC tests).
@@ -38,17 +49,29 @@ constexpr int kDim = 576;
 constexpr int kDv = 512;
 constexpr int kRowBytes = 656;
 constexpr int kBlock = 64;                 // top-k positions a step
-constexpr int kQStride = kDim * 2 + 16;    // bytes of a Q row in shared memory (padded)
+// Bytes of a Q row in shared memory: 512 f16 latent values, 64 bf16 RoPE values, the head's
+// f32 scale at kQScale, padded so the S loop's 8-byte loads of 8 rows hit distinct banks.
+constexpr int kQStride = kDim * 2 + 32;
+constexpr int kQScale = kDim * 2;
 constexpr int kSStride = kBlock + 4;       // floats of an S row in shared memory (padded)
 constexpr int kSmemQ = kHeads * kQStride;
 constexpr int kSmemKv = kBlock * kRowBytes;
 constexpr int kSmemS = kHeads * kSStride * 4;
 constexpr int kSmemBytes = kSmemQ + 2 * kSmemKv + kSmemS + 2 * kBlock * 4;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kPScale = 16384.0f;        // 2^14: P' = kPScale . P . s / m_g (see P . V)
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -61,11 +84,23 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32 (&r)[4]) {
                  : "memory");
 }
 
-// Two e4m3 bytes (lo first) times their scales, as packed bf16 (exact: powers of two).
-__device__ __forceinline__ u32 dequant2(u32 bytes, float s_lo, float s_hi) {
-    float lo, hi;
-    unpack_e4m3x2((u16)bytes, lo, hi);
-    return pack_bf16x2(lo * s_lo, hi * s_hi);
+// The two e4m3 bytes in the low 16 bits of `bytes` (lo first) as packed f16 (exact).
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 bytes) {
+    u32 h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((u16)(bytes & 0xffffu)));
+    return h2;
+}
+
+// Two f32 -> two packed f16 (lo in the low half), round to nearest even.
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Scale group g's f32 scale of the cache row at `row`.
+__device__ __forceinline__ float row_scale(const u8* row, int g) {
+    return reinterpret_cast<const float*>(row + kDv)[g];
 }
 }  // namespace decode
 
@@ -74,7 +109,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     using namespace decode;
     static_assert(TOPK % 128 == 0, "top-k is whole pairs of 64-position blocks");
     extern __shared__ __align__(128) u8 smem[];
-    u8* sQ = smem;                                                  // [16][kQStride] bf16 rows
+    u8* sQ = smem;  // [16][kQStride]: f16 latent, bf16 RoPE, f32 head scale
     u8* sKvBuf = smem + kSmemQ;                                     // [2][64][656] cache rows
     float* sS = reinterpret_cast<float*>(sKvBuf + 2 * kSmemKv);     // [16][kSStride] scores
     i32* sSlotBuf = reinterpret_cast<i32*>(sS + kHeads * kSStride);  // [2][64] slot or -1
@@ -84,14 +119,59 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     const int head0 = group * kHeads;
     constexpr int kRealHeads = H_Q < kHeads ? H_Q : kHeads;
 
-    // Q of the group's heads, zero rows past H_Q.
-    for (int c = tid; c < kHeads * (kDim / 8); c += kThreads) {
-        const int h = c / (kDim / 8), v = c % (kDim / 8);
-        uint4 x = make_uint4(0, 0, 0, 0);
+    // Q of the group's heads (zero rows past H_Q), a warp a head at a time: the latent part as
+    // f16 times the head's power-of-two scale 2^-k (its largest value into [2^13, 2^14); 2^k
+    // kept at kQScale), the RoPE part as it is (bf16).
+    for (int h = warp; h < kHeads; h += kThreads / 32) {
+        const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
+        uint4 x[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
         if (h < kRealHeads) {
-            x = reinterpret_cast<const uint4*>(p.q + ((i64)row * H_Q + head0 + h) * kDim)[v];
+            x[0] = reinterpret_cast<const uint4*>(qh)[lane];
+            x[1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
         }
-        *reinterpret_cast<uint4*>(sQ + h * kQStride + v * 16) = x;
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[8 * i + 2 * j] = __uint_as_float(w[j] << 16);
+                v[8 * i + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+            }
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        }
+        int e;
+        frexpf(amax, &e);  // amax < 2^e
+        const int k = min(max(e - 14, -110), 114);
+        const float down = ldexpf(1.0f, -k);
+        u8* dst = sQ + h * kQStride;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            uint4 y;
+            y.x = pack_f16x2(v[8 * i] * down, v[8 * i + 1] * down);
+            y.y = pack_f16x2(v[8 * i + 2] * down, v[8 * i + 3] * down);
+            y.z = pack_f16x2(v[8 * i + 4] * down, v[8 * i + 5] * down);
+            y.w = pack_f16x2(v[8 * i + 6] * down, v[8 * i + 7] * down);
+            *reinterpret_cast<uint4*>(dst + (lane + 32 * i) * 16) = y;
+        }
+        if (lane < (kDim - kDv) / 8) {
+            uint4 r = make_uint4(0, 0, 0, 0);
+            if (h < kRealHeads) {
+                r = reinterpret_cast<const uint4*>(qh + kDv)[lane];
+            }
+            *reinterpret_cast<uint4*>(dst + kDv * 2 + lane * 16) = r;
+        }
+        if (lane == 0) {
+            *reinterpret_cast<float*>(dst + kQScale) = ldexpf(1.0f, k);
+        }
     }
     int length = TOPK;
     if (p.lengths != nullptr) {
@@ -107,6 +187,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // in every warp, and the accumulators of its warp's 128 dims (16 n-tiles of 8).
     float m_run[2] = {-pos_inf(), -pos_inf()};
     float l_run[2] = {0.0f, 0.0f};
+    float m_scale = 0.0f;  // m_g of the P . V below (scale group `warp`)
     float o[16][4];
 #pragma unroll
     for (int n = 0; n < 16; ++n) {
@@ -158,38 +239,73 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         const u8* sKv = sKvBuf + (b & 1) * kSmemKv;
         const i32* sSlot = sSlotBuf + (b & 1) * kBlock;
 
-        // S for tokens 16 warp .. 16 warp + 15: two n-tiles of 8 tokens.
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        // S for tokens 16 warp .. 16 warp + 15: two n-tiles of 8 tokens. Within a k-step of 16
+        // latent channels the mma's k index is a label: k 2 quad + {0, 1} is channel
+        // 4 quad + {0, 1} and k 2 quad + 8 + {0, 1} is channel 4 quad + {2, 3}, so a thread's
+        // B fragment is one 4-byte word of its token's row and its A fragment one 8-byte word
+        // of each of its two Q rows.
         const u8* krow[2];
-        float kscale[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             krow[j] = sKv + (warp * 16 + j * 8 + r0) * kRowBytes;
+        }
+        const u8* qrow0 = sQ + r0 * kQStride + quad * 8;
+        const u8* qrow1 = qrow0 + 8 * kQStride;
+        float s_lat[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int g = 0; g < 4; ++g) {
-                kscale[j][g] = reinterpret_cast<const float*>(krow[j] + 512)[g];
+        for (int g = 0; g < kDv / 128; ++g) {
+            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                const int ks = g * 8 + kk;
+                const uint2 x0 = *reinterpret_cast<const uint2*>(qrow0 + ks * 32);
+                const uint2 x1 = *reinterpret_cast<const uint2*>(qrow1 + ks * 32);
+                const u32 a[4] = {x0.x, x1.x, x0.y, x1.y};
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const u32 w = *reinterpret_cast<const u32*>(krow[j] + ks * 16 + quad * 4);
+                    decode::mma_f16(acc[j], a, decode::e4m3x2_to_f16x2(w),
+                                    decode::e4m3x2_to_f16x2(w >> 16));
+                }
+            }
+            // Promote with the scales of the accumulator's columns: tokens
+            // 16 warp + 8 j + 2 quad + {0, 1}.
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const u8* col = sKv + (warp * 16 + j * 8 + 2 * quad) * kRowBytes;
+                const float sc0 = decode::row_scale(col, g);
+                const float sc1 = decode::row_scale(col + kRowBytes, g);
+                s_lat[j][0] += sc0 * acc[j][0];
+                s_lat[j][1] += sc1 * acc[j][1];
+                s_lat[j][2] += sc0 * acc[j][2];
+                s_lat[j][3] += sc1 * acc[j][3];
             }
         }
+        // The RoPE part (bf16 Q and cache values).
+        float s_rope[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         const u32 q_base = smem_addr(sQ) + (lane % 16) * kQStride + (lane / 16) * 16;
-#pragma unroll 4
-        for (int ks = 0; ks < kDim / 16; ++ks) {
+#pragma unroll
+        for (int ks = kDv / 16; ks < kDim / 16; ++ks) {
             u32 a[4];
             ldmatrix_x4(q_base + ks * 32, a);
             const int k = ks * 16 + 2 * quad;
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                u32 b0, b1;
-                if (ks < kDv / 16) {
-                    const float sc = kscale[j][ks / 8];
-                    b0 = decode::dequant2(*reinterpret_cast<const u16*>(krow[j] + k), sc, sc);
-                    b1 = decode::dequant2(*reinterpret_cast<const u16*>(krow[j] + k + 8), sc, sc);
-                } else {
-                    const u8* rope = krow[j] + 528 + 2 * (k - kDv);
-                    b0 = *reinterpret_cast<const u32*>(rope);
-                    b1 = *reinterpret_cast<const u32*>(rope + 16);
-                }
-                decode::mma_bf16(s[j], a, b0, b1);
+                const u8* rope = krow[j] + 528 + 2 * (k - kDv);
+                decode::mma_bf16(s_rope[j], a, *reinterpret_cast<const u32*>(rope),
+                                 *reinterpret_cast<const u32*>(rope + 16));
             }
+        }
+        // S = 2^k_h . latent + RoPE, rows r0 and r0 + 8.
+        const float hs0 = *reinterpret_cast<const float*>(sQ + r0 * kQStride + kQScale);
+        const float hs1 = *reinterpret_cast<const float*>(sQ + (r0 + 8) * kQStride + kQScale);
+        float s[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            s[j][0] = hs0 * s_lat[j][0] + s_rope[j][0];
+            s[j][1] = hs0 * s_lat[j][1] + s_rope[j][1];
+            s[j][2] = hs1 * s_lat[j][2] + s_rope[j][2];
+            s[j][3] = hs1 * s_lat[j][3] + s_rope[j][3];
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -223,7 +339,6 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             bmax[r] = fmaxf(bmax[r], __shfl_xor_sync(0xffffffffu, bmax[r], 2));
         }
         float alpha[2];
-        u32 pa[4][4];  // P as the A fragments of the four k-tiles
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float m_new = fmaxf(m_run[r], bmax[r]);
@@ -244,24 +359,33 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             l_run[r] = l_run[r] * alpha[r] + sum;
             m_run[r] = m_new;
         }
+        // The largest scale of this warp's group over the blocks so far, m_g:
+        // P' = 2^14 . P . s / m_g stays in [0, 2^14] (f16's normal range reaches 2^-14, so a
+        // weight keeps 11 bits down to 2^-28 of the largest and a step of 2^-38 below), and the
+        // accumulators, kept in units of m_g / 2^14, are rescaled when m_g grows. A block of
+        // zero scales (or none yet) leaves every P' zero.
+        float bscale = fmaxf(decode::row_scale(sKv + lane * kRowBytes, warp),
+                             decode::row_scale(sKv + (lane + 32) * kRowBytes, warp));
 #pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {
-            pa[kt][0] = pack_bf16x2(sv[0][kt][0], sv[0][kt][1]);
-            pa[kt][1] = pack_bf16x2(sv[1][kt][0], sv[1][kt][1]);
-            pa[kt][2] = pack_bf16x2(sv[0][kt][2], sv[0][kt][3]);
-            pa[kt][3] = pack_bf16x2(sv[1][kt][2], sv[1][kt][3]);
+        for (int off = 16; off > 0; off >>= 1) {
+            bscale = fmaxf(bscale, __shfl_xor_sync(0xffffffffu, bscale, off));
         }
+        const float m_scale_new = fmaxf(m_scale, bscale);
+        const float alpha_scale = m_scale_new > 0.0f ? m_scale / m_scale_new : 1.0f;
+        const float inv_scale = m_scale_new > 0.0f ? kPScale / m_scale_new : 0.0f;
+        m_scale = m_scale_new;
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
+            o[n][0] *= alpha[0] * alpha_scale;
+            o[n][1] *= alpha[0] * alpha_scale;
+            o[n][2] *= alpha[1] * alpha_scale;
+            o[n][3] *= alpha[1] * alpha_scale;
         }
 
-        // O += P . V over this warp's 128 dims (scale group `warp`). The n index of the mma is
+        // O += P' . V over this warp's 128 dims (scale group `warp`). The n index of the mma is
         // a label: column j of n-tile n is dim 128 warp + 16 j + n, so a thread's 16 n-tiles
-        // read one 16-byte vector of each of its tokens' rows.
+        // read one 16-byte vector of each of its tokens' rows; one byte permute gives two
+        // n-tiles' pairs of tokens.
 #pragma unroll
         for (int kt = 0; kt < 4; ++kt) {
             const int t = kt * 16 + 2 * quad;  // tokens t, t+1 (b0) and t+8, t+9 (b1)
@@ -270,19 +394,29 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             const uint4 w1 = *reinterpret_cast<const uint4*>(v0 + kRowBytes);
             const uint4 w8 = *reinterpret_cast<const uint4*>(v0 + 8 * kRowBytes);
             const uint4 w9 = *reinterpret_cast<const uint4*>(v0 + 9 * kRowBytes);
-            const float sc0 = reinterpret_cast<const float*>(sKv + t * kRowBytes + 512)[warp];
-            const float sc1 = reinterpret_cast<const float*>(sKv + (t + 1) * kRowBytes + 512)[warp];
-            const float sc8 = reinterpret_cast<const float*>(sKv + (t + 8) * kRowBytes + 512)[warp];
-            const float sc9 = reinterpret_cast<const float*>(sKv + (t + 9) * kRowBytes + 512)[warp];
+            const float sc0 = decode::row_scale(sKv + t * kRowBytes, warp) * inv_scale;
+            const float sc1 = decode::row_scale(sKv + (t + 1) * kRowBytes, warp) * inv_scale;
+            const float sc8 = decode::row_scale(sKv + (t + 8) * kRowBytes, warp) * inv_scale;
+            const float sc9 = decode::row_scale(sKv + (t + 9) * kRowBytes, warp) * inv_scale;
+            const u32 pa[4] = {
+                decode::pack_f16x2(sv[0][kt][0] * sc0, sv[0][kt][1] * sc1),
+                decode::pack_f16x2(sv[1][kt][0] * sc0, sv[1][kt][1] * sc1),
+                decode::pack_f16x2(sv[0][kt][2] * sc8, sv[0][kt][3] * sc9),
+                decode::pack_f16x2(sv[1][kt][2] * sc8, sv[1][kt][3] * sc9),
+            };
             const u32 a0[4] = {w0.x, w0.y, w0.z, w0.w}, a1[4] = {w1.x, w1.y, w1.z, w1.w};
             const u32 a8[4] = {w8.x, w8.y, w8.z, w8.w}, a9[4] = {w9.x, w9.y, w9.z, w9.w};
 #pragma unroll
-            for (int n = 0; n < 16; ++n) {
-                const u32 sel = (u32)(n % 4) | ((u32)(4 + n % 4) << 4);
+            for (int n = 0; n < 16; n += 2) {
+                // Bytes n and n + 1 of each token's word: (t, n), (t+1, n), (t, n+1), (t+1, n+1).
+                const u32 sel = (u32)(n % 4) | ((u32)(4 + n % 4) << 4) |
+                                ((u32)(n % 4 + 1) << 8) | ((u32)(5 + n % 4) << 12);
                 const u32 lo = byte_perm(a0[n / 4], a1[n / 4], sel);
                 const u32 hi = byte_perm(a8[n / 4], a9[n / 4], sel);
-                decode::mma_bf16(o[n], pa[kt], decode::dequant2(lo, sc0, sc1),
-                                 decode::dequant2(hi, sc8, sc9));
+                decode::mma_f16(o[n], pa, decode::e4m3x2_to_f16x2(lo),
+                                decode::e4m3x2_to_f16x2(hi));
+                decode::mma_f16(o[n + 1], pa, decode::e4m3x2_to_f16x2(lo >> 16),
+                                decode::e4m3x2_to_f16x2(hi >> 16));
             }
         }
         __syncthreads();  // buffer b & 1 and sS are rewritten by the next blocks
@@ -298,7 +432,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             continue;
         }
         const i64 head = (i64)row * H_Q + head0 + h;
-        const float inv = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
+        // The accumulators are in units of m_g / 2^14.
+        const float inv = l_run[r] > 0.0f ? m_scale / kPScale / l_run[r] : 0.0f;
         const float lse = l_run[r] > 0.0f ? m_run[r] + logf(l_run[r]) : -pos_inf();
         if (p.splits == 1) {
 #pragma unroll

@@ -26,11 +26,11 @@ const BLOCK: usize = 64;
 /// `[16, 512]` f32 partial, which cost more than the second slot gave (B 8, s_q 1, h 16: 36 µs
 /// against 55 µs at 264; B 1 is split 32 ways either way).
 const TARGET_CTAS: usize = 132;
-/// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (padded rows),
-/// two buffers of 64 cache rows, the 16 × 64 scores (padded) and two blocks' slots — 107520
-/// bytes, so two CTAs share an SM.
+/// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (rows of 576
+/// two-byte values, each head's scale and padding), two buffers of 64 cache rows, the 16 × 64
+/// scores (padded) and two blocks' slots — 107776 bytes, so two CTAs share an SM.
 pub const DECODE_SMEM_BYTES: u32 =
-    (16 * (576 * 2 + 16) + 2 * 64 * 656 + 16 * 68 * 4 + 2 * 64 * 4) as u32;
+    (16 * (576 * 2 + 32) + 2 * 64 * 656 + 16 * 68 * 4 + 2 * 64 * 4) as u32;
 
 crate::param_block! {
     /// The kernels' parameter block (`struct DecodeParams`), field for field.
