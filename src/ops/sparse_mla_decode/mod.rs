@@ -9,8 +9,9 @@
 //! `lse[r, h] = ln Σ exp(s_j)`; a row without a valid slot gives `out = 0`, `lse = +inf` (the
 //! prefill's conventions). A slot listed twice counts twice.
 //!
-//! Backends: the CPU reference (f64), and CUDA (`kernels/sparse_mla_decode.cu`, first version:
-//! bf16 tensor cores over the dequantized rows, the top-k split over CTAs and combined when the
+//! Backends: the CPU reference (f64), and CUDA (`kernels/sparse_mla_decode.cu`: f16 tensor
+//! cores on the cache's e4m3 bytes with the group scales folded into the partial scores and
+//! into the softmax weights, the top-k split over CTAs and combined when the
 //! batch is too small to fill the GPU; the splits' partials live in the caller's
 //! [`DecodeWorkspace`], made once per row count, so a step allocates nothing and `record` puts
 //! it into a CUDA graph).
