@@ -144,9 +144,11 @@ fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
         .record(&mut recorder, stored, &index, &mut workspace, None)
         .unwrap();
     let graph = recorder.finish().unwrap();
-    graph.replay().unwrap();
+    // One replay: the gather must see this replay's store (a second one would hide a missing
+    // order, reading the first's). Dropping the graph waits for it.
     graph.replay().unwrap();
     drop(graph);
     assert_eq!(cache.bytes().to_host(&g).unwrap(), want.cache);
     assert_eq!(workspace_bytes(&g, &workspace), want.workspace);
+    assert_eq!(workspace.scale().to_host(&g).unwrap(), vec![1.0]);
 }
