@@ -6,7 +6,8 @@
 //! (f32 sums of exact products against f64), `out` within 1e-2 + 1e-2·|out| (P rounded to bf16,
 //! 2^-9 a weight, and the output to bf16); an empty row is exactly `out = 0`, `lse = +inf`.
 //! A step recorded into a CUDA graph (split, so the workspace carries the partials) replays to
-//! the bytes of the same step run directly.
+//! the bytes of the same step run directly. The step through the prefill (`DecodeThroughPrefill`)
+//! against the same route on the CPU, with the prefill's tolerances.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -19,9 +20,10 @@ use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
 use shapeproof::ops::sparse_mla_decode::{
-    DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode,
+    DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, RunDecode,
+    SparseMlaDecode,
 };
-use shapeproof::rules::{DecodeHeads, TopkWidth};
+use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo, TopkWidth};
 use shapeproof::tensor::Tensor;
 
 fn gpu() -> Cuda {
@@ -223,4 +225,119 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
         "replayed out differs from the direct step"
     );
     assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
+}
+
+/// The step through the prefill (`DecodeThroughPrefill`) on `b`: the same inputs as `run`.
+fn run_through_prefill<B, const H: usize, const TOPK: usize>(
+    b: &B,
+    s: &Step,
+) -> (Vec<f32>, Vec<f32>)
+where
+    B: RunDecode
+        + shapeproof::ops::mla_cache::RunMlaCache
+        + shapeproof::ops::sparse_mla::RunSparseMla,
+    Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
+    Dim<TOPK>: TopkWidth,
+{
+    let slots = s.pages * 64;
+    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, s.pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(b, "kv", &s.cache_rows, slots).unwrap(),
+        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(b, &rows_in, &mut cache, None)
+        .unwrap();
+    let rows = s.lengths.len();
+    let queries = DecodeQueries::new(
+        Tensor::from_host(b, "q", &s.q, rows).unwrap(),
+        Tensor::from_host(b, "indices", &s.indices, rows).unwrap(),
+        1.0 / (MLA_CACHE_DIM as f32).sqrt(),
+    )
+    .unwrap()
+    .with_lengths(Tensor::from_host(b, "lengths", &s.lengths, rows).unwrap())
+    .unwrap();
+    let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
+    let mut ws = PrefillDecodeWorkspace::new(b, rows).unwrap();
+    DecodeThroughPrefill::<H, TOPK>::new()
+        .run(b, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
+    (out, lse.to_host(b).unwrap())
+}
+
+/// The step through the prefill on the GPU against the same route on the CPU (the prefill's
+/// reference over the gathered workspace), with the prefill's tolerances (tests/gpu_sparse_mla.rs:
+/// out 8e-2 + max|v| / 16 absolute and 8e-2 relative for the e4m3 softmax weights, lse 2e-3 +
+/// 2e-3 relative), every element, empty rows exact.
+fn through_prefill_case<const H: usize, const TOPK: usize>(rows: usize, pages: usize)
+where
+    Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
+    Dim<TOPK>: TopkWidth,
+{
+    let what = format!("through the prefill: H {H} TOPK {TOPK} rows {rows} pages {pages}");
+    let mut rng = common::rng(&what);
+    let slots = pages * 64;
+    let cache_rows = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let v_max = cache_rows
+        .iter()
+        .map(|v| v.to_f32().abs())
+        .fold(0.0f32, f32::max);
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| match rng.random_range(0..20) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..50),
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    let lengths: Vec<i32> = (0..rows)
+        .map(|r| match r % 4 {
+            1 => 0,
+            2 => rng.random_range(1..TOPK as i32),
+            _ => TOPK as i32,
+        })
+        .collect();
+    let s = Step {
+        pages,
+        cache_rows,
+        q,
+        indices,
+        lengths,
+    };
+    let (out, lse) = run_through_prefill::<_, H, TOPK>(&gpu(), &s);
+    let (want_out, want_lse) = run_through_prefill::<_, H, TOPK>(&Cpu, &s);
+    let mut worst = (0.0f32, 0.0f32);
+    for (i, (g, w)) in lse.iter().zip(&want_lse).enumerate() {
+        if *w == f32::INFINITY {
+            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
+            continue;
+        }
+        let d = (g - w).abs();
+        worst.0 = worst.0.max(d);
+        assert!(d <= 2e-3 + 2e-3 * w.abs(), "{what}: lse {i}: {g} vs {w}");
+    }
+    for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
+        let d = (g - w).abs();
+        worst.1 = worst.1.max(d);
+        assert!(
+            d <= 8e-2 + v_max / 16.0 + 8e-2 * w.abs(),
+            "{what}: out {i} (row {}): {g} vs {w}",
+            i / (H * 512)
+        );
+    }
+    eprintln!(
+        "{what}: max |Δlse| {:.2e}, max |Δout| {:.2e}",
+        worst.0, worst.1
+    );
+}
+
+#[test]
+fn the_step_through_the_prefill_matches_its_reference() {
+    through_prefill_case::<128, 2048>(6, 64);
+    through_prefill_case::<64, 2048>(9, 64);
+    through_prefill_case::<16, 128>(11, 4);
 }
