@@ -341,3 +341,62 @@ fn the_step_through_the_prefill_matches_its_reference() {
     through_prefill_case::<64, 2048>(9, 64);
     through_prefill_case::<16, 128>(11, 4);
 }
+
+#[test]
+fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
+    const H: usize = 64;
+    const TOPK: usize = 256;
+    let g = gpu();
+    let mut rng = common::rng("a_recorded_step_through_the_prefill_replays");
+    let (pages, rows) = (16, 3);
+    let slots = pages * 64;
+    let mut cache = DeepSeekV32KvCache::<Cuda>::zeros(&g, pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(&g, "kv", &kv, slots).unwrap(),
+        Tensor::from_host(&g, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(&g, &rows_in, &mut cache, None)
+        .unwrap();
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| rng.random_range(-1..slots as i32))
+        .collect();
+    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
+        Tensor::from_host(&g, "q", &q, rows).unwrap(),
+        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
+        0.0417,
+    )
+    .unwrap();
+    let route = DecodeThroughPrefill::<H, TOPK>::new();
+    let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    route
+        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    route
+        .record(&mut recorder, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    let got_out = out.to_host(&g).unwrap();
+    assert!(
+        got_out
+            .iter()
+            .zip(&want_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "replayed out differs from the direct step"
+    );
+    assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
+}
