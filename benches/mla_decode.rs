@@ -179,7 +179,8 @@ fn bench_through_prefill<const H: usize>(
             .run(g, &queries, cache, &mut ws, &mut out, &mut lse)
             .unwrap()
     });
-    // The gather alone, over the same slots.
+    // The gather alone, over the same slots (all valid here, so the route's masked slots are
+    // these).
     let slots = Tensor::from_host(g, "slots", &step.indices, rows * TOPK).unwrap();
     let mut kv = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
         g,

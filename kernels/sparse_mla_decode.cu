@@ -529,6 +529,9 @@ __global__ void __launch_bounds__(256)
     sparse_mla_decode_prepare_kernel(const DecodePrepareParams p) {
     constexpr int kDim = decode::kDim;
     const i64 row = blockIdx.x;
+    if (row >= p.rows) {
+        return;
+    }
     const uint4* src = reinterpret_cast<const uint4*>(p.q + row * H_Q * kDim);
     uint2* dst = reinterpret_cast<uint2*>(p.q8 + row * H_Q * kDim);
     for (int i = threadIdx.x; i < H_Q * kDim / 8; i += blockDim.x) {

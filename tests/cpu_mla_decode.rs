@@ -417,3 +417,17 @@ fn the_step_through_the_prefill_names_a_workspace_of_another_row_count() {
         "{err}"
     );
 }
+
+#[test]
+fn a_workspace_past_i32_positions_is_refused() {
+    // rows × TOPK past i32::MAX: refused before anything is allocated.
+    let rows = (i32::MAX as usize / 2048) + 1;
+    let err = match PrefillDecodeWorkspace::<Cpu, H, 2048>::new(&Cpu, rows) {
+        Ok(_) => panic!("a workspace of {rows} rows × 2048 positions was made"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("rows") && err.contains(&rows.to_string()),
+        "{err}"
+    );
+}

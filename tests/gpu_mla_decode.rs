@@ -271,8 +271,11 @@ where
 
 /// The step through the prefill on the GPU against the same route on the CPU (the prefill's
 /// reference over the gathered workspace), with the prefill's tolerances (tests/gpu_sparse_mla.rs:
-/// out 8e-2 + max|v| / 16 absolute and 8e-2 relative for the e4m3 softmax weights, lse 2e-3 +
-/// 2e-3 relative), every element, empty rows exact.
+/// out 8e-2 + max|v| / 16 absolute and 8e-2 relative for the e4m3 softmax weights, and each
+/// (row, head) output vector within relative L2 error 0.25 — the elementwise bound alone is
+/// loose for outputs this small; lse 2e-3 + 2e-3 relative), every element; empty rows exactly
+/// `out = 0`, `lse = +inf`. q holds values the cast saturates (±1000) and rounds in e4m3's
+/// subnormal range (±2^-10); lengths include negative and past-TOPK ones.
 fn through_prefill_case<const H: usize, const TOPK: usize>(rows: usize, pages: usize)
 where
     Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
@@ -286,7 +289,15 @@ where
         .iter()
         .map(|v| v.to_f32().abs())
         .fold(0.0f32, f32::max);
-    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let mut q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    for v in q.iter_mut().step_by(97) {
+        *v = bf16::from_f32(match rng.random_range(0..4) {
+            0 => 1000.0,
+            1 => -1000.0,
+            2 => 2f32.powi(-10),
+            _ => -(2f32.powi(-10)),
+        });
+    }
     let indices: Vec<i32> = (0..rows * TOPK)
         .map(|_| match rng.random_range(0..20) {
             0 => -1,
@@ -294,10 +305,13 @@ where
             _ => rng.random_range(0..slots as i32),
         })
         .collect();
+    // Row r: full, empty, short, full, negative (empty), past TOPK (clamped), ...
     let lengths: Vec<i32> = (0..rows)
-        .map(|r| match r % 4 {
+        .map(|r| match r % 6 {
             1 => 0,
             2 => rng.random_range(1..TOPK as i32),
+            4 => -5,
+            5 => TOPK as i32 + 17,
             _ => TOPK as i32,
         })
         .collect();
@@ -329,8 +343,41 @@ where
             i / (H * 512)
         );
     }
+    let mut worst_rel = 0.0f64;
+    for (v, (gv, cv)) in out
+        .chunks_exact(512)
+        .zip(want_out.chunks_exact(512))
+        .enumerate()
+    {
+        let num: f64 = gv
+            .iter()
+            .zip(cv)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
+        let den: f64 = cv.iter().map(|&b| (b as f64).powi(2)).sum();
+        if den == 0.0 {
+            // An empty row (or one whose keys all have zero values): exactly zero.
+            assert!(num == 0.0, "{what}: out vector {v} should be 0");
+            continue;
+        }
+        let rel = (num / den).sqrt();
+        worst_rel = worst_rel.max(if rel.is_nan() { f64::INFINITY } else { rel });
+        assert!(
+            rel <= 0.25,
+            "{what}: out vector {v} (row {}) relative L2 error {rel:.3}",
+            v / H
+        );
+    }
+    for r in (0..rows).filter(|r| r % 6 == 1 || r % 6 == 4) {
+        assert!(
+            out[r * H * 512..(r + 1) * H * 512]
+                .iter()
+                .all(|&v| v == 0.0),
+            "{what}: row {r} is empty: out 0"
+        );
+    }
     eprintln!(
-        "{what}: max |Δlse| {:.2e}, max |Δout| {:.2e}",
+        "{what}: max |Δlse| {:.2e}, max |Δout| {:.2e}, worst relative L2 of an output vector {worst_rel:.3}",
         worst.0, worst.1
     );
 }
@@ -338,8 +385,8 @@ where
 #[test]
 fn the_step_through_the_prefill_matches_its_reference() {
     through_prefill_case::<128, 2048>(6, 64);
-    through_prefill_case::<64, 2048>(9, 64);
-    through_prefill_case::<16, 128>(11, 4);
+    through_prefill_case::<64, 2048>(12, 64);
+    through_prefill_case::<16, 128>(13, 4);
 }
 
 #[test]

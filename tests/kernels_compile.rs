@@ -284,7 +284,9 @@ fn sparse_mla_decode() {
     compiles::<SparseMlaDecodeKernel<8, 256>>();
     for_each_head_count!(SparseMlaDecodeCombineKernel);
     // The step through the prefill: the head counts and widths of its tests and benchmark.
+    compiles::<SparseMlaDecodePrepareKernel<8, 2048>>();
     compiles::<SparseMlaDecodePrepareKernel<16, 128>>();
+    compiles::<SparseMlaDecodePrepareKernel<32, 2048>>();
     compiles::<SparseMlaDecodePrepareKernel<64, 2048>>();
     compiles::<SparseMlaDecodePrepareKernel<128, 2048>>();
     compiles_with::<SparseMlaDecodeKernel<16, 2048>>(&mirror(

@@ -21,7 +21,8 @@
 //!
 //! Files: this module the kernel type, its rules and `run`; `args.rs` the checked queries;
 //! `through_prefill.rs` the step through the prefill;
-//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch (and the CUDA-only `record`).
+//! `launch.rs` the calls and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launches (and
+//! the decode's CUDA-only `record`).
 
 mod args;
 mod cpu;

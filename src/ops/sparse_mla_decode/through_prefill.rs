@@ -124,7 +124,6 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         out.expect_rows("out", "query rows (as q)", rows)?;
         lse.expect_rows("lse", "query rows (as q)", rows)?;
         Error::check_extent("workspace", "query rows (as q)", rows, workspace.rows)?;
-        let ws = workspace;
         // SAFETY: `new`'s bounds (H_Q a decode head count, TOPK a multiple of 128); the queries
         // tie q, indices and lengths to `rows`; the workspace was made for `rows` (checked
         // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX, positions
@@ -134,24 +133,30 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
                 rows,
                 slots: cache.slots(),
                 queries: queries.slices(),
-                q8: ws.q8.as_slice_mut(),
-                slots_flat: ws.slots.as_slice_mut(),
-                positions: ws.positions.as_slice_mut(),
+                q8: workspace.q8.as_slice_mut(),
+                slots_flat: workspace.slots.as_slice_mut(),
+                positions: workspace.positions.as_slice_mut(),
             })?;
         }
-        MlaCacheGather::<PAGE, GROUP>::new().run(backend, cache, &ws.slots, &mut ws.kv, None)?;
+        MlaCacheGather::<PAGE, GROUP>::new().run(
+            backend,
+            cache,
+            &workspace.slots,
+            &mut workspace.kv,
+            None,
+        )?;
         let inputs = SparseMlaInputs::new(
-            ws.q8.view(),
-            ws.q_scale.view(),
-            ws.positions.view(),
+            workspace.q8.view(),
+            workspace.q_scale.view(),
+            workspace.positions.view(),
             queries.sm_scale(),
         )?;
         self.prefill.run(
             backend,
             &inputs,
-            &ws.kv,
+            &workspace.kv,
             &mut out.view_mut(),
-            &mut ws.max_logits.view_mut(),
+            &mut workspace.max_logits.view_mut(),
             &mut lse.view_mut(),
         )
     }
