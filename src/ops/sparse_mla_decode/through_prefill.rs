@@ -8,7 +8,7 @@
 use super::launch;
 use super::{DecodeQueries, RunDecode};
 use crate::backend::Backend;
-use crate::backend::cuda::{GraphRecorder, IsCuda};
+use crate::backend::cuda::{GraphRead, GraphRecorder, IsCuda, read_ref};
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
@@ -165,12 +165,13 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
 impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
     /// Records the same step as [`run`](Self::run) into a CUDA graph (its three launches, after
     /// the same checks): the graph borrows the queries, the cache, the workspace and both
-    /// outputs until it is dropped, so none can be freed or swapped while it can replay.
+    /// outputs until it is dropped, so none can be freed or swapped while it can replay. The
+    /// cache is a `&'g` borrow or the one the step's `MlaCacheStore::record` handed back.
     pub fn record<'g, B, SQ, const PAGE: usize, const GROUP: usize, SC, SO>(
         &self,
         graph: &mut GraphRecorder<'g>,
         queries: &'g DecodeQueries<B, H_Q, TOPK, SQ>,
-        cache: &'g MlaFp8KvCache<B, PAGE, GROUP, SC>,
+        cache: impl GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>,
         workspace: &'g mut PrefillDecodeWorkspace<B, H_Q, TOPK>,
         out: &'g mut Tensor<B, bf16, OutRow<H_Q>, SO>,
         lse: &'g mut Tensor<B, f32, Cols<H_Q>, SO>,
@@ -178,11 +179,12 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
     where
         B: RunDecode + RunMlaCache + RunSparseMla + IsCuda,
         SQ: Storage<B>,
-        SC: Storage<B>,
+        SC: Storage<B> + 'g,
         SO: StorageMut<B>,
         Dim<PAGE>: MlaCachePage,
         Dim<GROUP>: MlaScaleGroup,
     {
+        let cache = read_ref(cache);
         graph.record(|cuda: &B| self.run(cuda, queries, cache, workspace, out, lse))
     }
 }
