@@ -9,12 +9,10 @@
 //!
 //! Beside the decode kernel, the two routes through the FP8 sparse MLA prefill that an engine
 //! can build from this library's ops today, timed in the same run:
-//! - **A decode step through the prefill** (64 and 128 heads, B 128, s_q 2): the step's
-//!   `rows · TOPK` slots gathered into an e4m3 workspace (one row a (row, position): each
-//!   latent value dequantized and re-cast with identity scale, the RoPE values cast to e4m3),
-//!   then the prefill over it with indices `r · TOPK + j`. q is cast to e4m3 on the host, not
-//!   timed (the library has no bf16 → e4m3 cast op; on the device it would move q's bytes
-//!   once: 3 bytes a value). Beside the time, the route's output against the decode kernel's
+//! - **A decode step through the prefill** (64 and 128 heads, B 128, s_q 2;
+//!   `DecodeThroughPrefill`): q cast to e4m3, the step's `rows · TOPK` slots gathered into an
+//!   e4m3 workspace (one row a (row, position)), the prefill over it; timed whole, with the
+//!   gather alone beside it. Beside the time, the route's output against the decode kernel's
 //!   output of the same step (max |Δout|, cosine distance): what the e4m3 q and RoPE cost.
 //! - **The prefill fed from the cache** at its headline shape (4096, 32768, 128, 576, 2048):
 //!   the sequence's 32768 tokens gathered from pages scattered over the cache, then the
@@ -34,7 +32,9 @@ use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv};
 use shapeproof::ops::mla_cache::MlaCacheGather;
 use shapeproof::ops::sparse_mla::{OutRow, Plain, SparseMlaInputs, SparseMlaPrefill};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, SparseMlaDecode};
+use shapeproof::ops::sparse_mla_decode::{
+    DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, SparseMlaDecode,
+};
 use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo};
 use shapeproof::tensor::{Cols, Tensor};
 
@@ -145,9 +145,9 @@ fn difference(a: &[bf16], b: &[bf16]) -> (f64, f64) {
     (max_abs, 1.0 - dot / (na.sqrt() * nb.sqrt()))
 }
 
-/// The decode step `step` (H heads, `rows` query rows) through the gather and the FP8 prefill
-/// (see the module's doc): the gather and the prefill timed together, the output compared
-/// with the decode kernel's.
+/// The decode step `step` (H heads, `rows` query rows) through the FP8 prefill
+/// (`DecodeThroughPrefill`: q cast, gather, prefill), timed whole and its gather alone, the
+/// output compared with the decode kernel's.
 fn bench_through_prefill<const H: usize>(
     g: &Cuda,
     cache: &DeepSeekV32KvCache<Cuda>,
@@ -160,18 +160,29 @@ fn bench_through_prefill<const H: usize>(
     Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
 {
     let rows = batch * s_q;
-    let q8: Vec<F8E4M3> = step.q.iter().map(|v| e4m3_from_f32(v.to_f32())).collect();
-    // Workspace row r · TOPK + j holds slot indices[r, j].
-    let positions: Vec<i32> = (0..(rows * TOPK) as i32).collect();
-    let inputs = SparseMlaInputs::new(
-        Tensor::from_host(g, "q", &q8, rows).unwrap(),
-        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
-        Tensor::from_host(g, "indices", &positions, rows).unwrap(),
+    let queries = DecodeQueries::new(
+        Tensor::from_host(g, "q", &step.q, rows).unwrap(),
+        Tensor::from_host(g, "indices", &step.indices, rows).unwrap(),
         SM_SCALE,
     )
     .unwrap();
+    let route = DecodeThroughPrefill::<H, TOPK>::new();
+    let mut ws = PrefillDecodeWorkspace::new(g, rows).unwrap();
+    let mut out = Tensor::<Cuda, bf16, OutRow<H>>::filled(g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
+    route
+        .run(g, &queries, cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (max_abs, cos) = difference(&out.to_host(g).unwrap(), &step.out);
+    let us = time_us(g, 3, 15, |_| {
+        route
+            .run(g, &queries, cache, &mut ws, &mut out, &mut lse)
+            .unwrap()
+    });
+    // The gather alone, over the same slots (all valid here, so the route's masked slots are
+    // these).
     let slots = Tensor::from_host(g, "slots", &step.indices, rows * TOPK).unwrap();
-    let mut ws = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
+    let mut kv = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
         g,
         g.zeros(rows * TOPK * MLA_CACHE_DIM).unwrap(),
         rows * TOPK,
@@ -179,23 +190,8 @@ fn bench_through_prefill<const H: usize>(
     )
     .unwrap();
     let gather = MlaCacheGather::<64, 128>::new();
-    let prefill = SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK, Plain, H>::new();
-    let mut out = Tensor::<Cuda, bf16, OutRow<H>>::filled(g, rows, bf16::NAN).unwrap();
-    let mut ml = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
-    let mut lse = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
-    gather.run(g, cache, &slots, &mut ws, None).unwrap();
-    prefill
-        .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
-        .unwrap();
-    let (max_abs, cos) = difference(&out.to_host(g).unwrap(), &step.out);
-    let us = time_us(g, 3, 15, |_| {
-        gather.run(g, cache, &slots, &mut ws, None).unwrap();
-        prefill
-            .run(g, &inputs, &ws, &mut out, &mut ml, &mut lse)
-            .unwrap();
-    });
     let gather_us = time_us(g, 3, 15, |_| {
-        gather.run(g, cache, &slots, &mut ws, None).unwrap()
+        gather.run(g, cache, &slots, &mut kv, None).unwrap()
     });
     let tflops = SparseMlaDecode::<H, TOPK>::flops(rows) / (us * 1e-6) / 1e12;
     let of = limit.map_or(f64::NAN, |l| tflops / l);
@@ -338,10 +334,10 @@ fn main() {
         }
     }
     println!(
-        "\nThe same steps through the gather and the FP8 prefill (q cast on the host, not timed):"
+        "\nThe same steps through the FP8 prefill (`DecodeThroughPrefill`: q cast, gather, prefill):"
     );
     println!(
-        "\n| (B, s_q, h_q, TOPK) | µs (gather + prefill) | of which gather µs | TFLOP/s | of FP8 matmul | max |Δout| vs decode | cosine distance vs decode |"
+        "\n| (B, s_q, h_q, TOPK) | µs (q cast + gather + prefill) | the gather alone µs | TFLOP/s | of FP8 matmul | max |Δout| vs decode | cosine distance vs decode |"
     );
     println!("|---|---|---|---|---|---|---|");
     bench_through_prefill::<128>(&g, &cache, &step128, 128, 2, limit, &mut records);

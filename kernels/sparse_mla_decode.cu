@@ -507,3 +507,58 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const De
         p.lse[head] = head_lse;
     }
 }
+
+// The decode step through the FP8 prefill (`DecodeThroughPrefill`, docs/kernels/mla_cache.md
+// §8.6). Mirrored by `DecodePrepareParams` in src/ops/sparse_mla_decode/cuda.rs.
+struct DecodePrepareParams {
+    const bf16_t* q;    // [rows, H_Q, 576]
+    const i32* indices; // [rows, TOPK] cache slots
+    const i32* lengths; // [rows] or null
+    u8* q8;             // [rows, H_Q, 576] e4m3
+    i32* slots_flat;    // [rows * TOPK] the slot the gather reads, or -1
+    i32* positions;     // [rows, TOPK] the prefill's workspace row, or -1
+    i32 rows;
+    i32 slots;
+};
+
+// One CTA a query row: q cast to e4m3 (round to nearest even, saturating at +-448, identity
+// scale), and for each top-k position j the slot the gather reads and the prefill's index into
+// the gathered workspace (row * TOPK + j), both -1 for a position past the row's length or a
+// slot outside the cache (the gather then reads nothing and the prefill masks it).
+template <int H_Q, int TOPK>
+__global__ void __launch_bounds__(256)
+    sparse_mla_decode_prepare_kernel(const DecodePrepareParams p) {
+    constexpr int kDim = decode::kDim;
+    const i64 row = blockIdx.x;
+    if (row >= p.rows) {
+        return;
+    }
+    const uint4* src = reinterpret_cast<const uint4*>(p.q + row * H_Q * kDim);
+    uint2* dst = reinterpret_cast<uint2*>(p.q8 + row * H_Q * kDim);
+    for (int i = threadIdx.x; i < H_Q * kDim / 8; i += blockDim.x) {
+        const uint4 x = src[i];
+        const u32 w[4] = {x.x, x.y, x.z, x.w};
+        u32 e[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const u32 lo = pack_e4m3x2(__uint_as_float(w[2 * k] << 16),
+                                       __uint_as_float(w[2 * k] & 0xffff0000u));
+            const u32 hi = pack_e4m3x2(__uint_as_float(w[2 * k + 1] << 16),
+                                       __uint_as_float(w[2 * k + 1] & 0xffff0000u));
+            e[k] = lo | (hi << 16);
+        }
+        dst[i] = make_uint2(e[0], e[1]);
+    }
+    int length = TOPK;
+    if (p.lengths != nullptr) {
+        const int l = p.lengths[row];
+        length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
+    }
+    for (int j = threadIdx.x; j < TOPK; j += blockDim.x) {
+        const i64 at = row * TOPK + j;
+        const i32 slot = p.indices[at];
+        const bool valid = j < length && slot >= 0 && slot < p.slots;
+        p.slots_flat[at] = valid ? slot : -1;
+        p.positions[at] = valid ? (i32)at : -1;
+    }
+}

@@ -3,7 +3,9 @@
 //! the gather is exact (the two families' semantics meet), a single slot gives back its value
 //! row, padding, slots past the cache and zero lengths are no keys (an empty row is `out = 0`,
 //! `lse = +inf`), a repeated slot counts twice, and extents that disagree are an `Err` naming
-//! the parameter; the split of the top-k over CTAs covers every block once.
+//! the parameter; the split of the top-k over CTAs covers every block once. The step through the
+//! prefill (`DecodeThroughPrefill`) is the decode where its e4m3 casts are exact, lengths and
+//! bad slots included.
 
 mod common;
 
@@ -15,7 +17,9 @@ use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32, e4m3_to_f32};
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv, mla_fp8_decode_row};
 use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows};
 use shapeproof::ops::sparse_mla::{SparseMlaInputs, SparseMlaPrefill};
-use shapeproof::ops::sparse_mla_decode::{DecodeQueries, DecodeWorkspace, SparseMlaDecode};
+use shapeproof::ops::sparse_mla_decode::{
+    DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, SparseMlaDecode,
+};
 use shapeproof::tensor::Tensor;
 
 const H: usize = 16;
@@ -298,4 +302,132 @@ fn the_top_k_split_covers_every_block_once() {
     }
     // One row of 16 heads: every 64-position block its own CTA.
     assert_eq!(decode_splits(1, 16, 2048), (32, 1));
+}
+
+/// Runs the decode through the prefill; returns `out` (as f32) and `lse`.
+fn decode_through_prefill(
+    cache: &DeepSeekV32KvCache<Cpu>,
+    q: &[bf16],
+    indices: &[i32],
+    lengths: Option<&[i32]>,
+) -> (Vec<f32>, Vec<f32>) {
+    let rows = indices.len() / TOPK;
+    let mut queries = DecodeQueries::new(
+        Tensor::from_host(&Cpu, "q", q, rows).unwrap(),
+        Tensor::from_host(&Cpu, "indices", indices, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    if let Some(l) = lengths {
+        queries = queries
+            .with_lengths(Tensor::from_host(&Cpu, "lengths", l, rows).unwrap())
+            .unwrap();
+    }
+    let mut out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    let mut ws = PrefillDecodeWorkspace::new(&Cpu, rows).unwrap();
+    DecodeThroughPrefill::<H, TOPK>::new()
+        .run(&Cpu, &queries, cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let out = out.into_buffer().iter().map(|v| v.to_f32()).collect();
+    (out, lse.into_buffer())
+}
+
+#[test]
+fn the_step_through_the_prefill_is_the_decode_where_e4m3_is_exact() {
+    let mut rng = common::rng("the_step_through_the_prefill_is_the_decode_where_e4m3_is_exact");
+    let pages = 5;
+    let slots = pages * 64;
+    // Every cached value (RoPE included) and every q value e4m3-exact, the group scales 1:
+    // the route's casts change nothing, so it is the decode up to the prefill's f32 sums.
+    let (cache, _) = exact_cache(&mut rng, pages);
+    let rows = 10;
+    let q: Vec<bf16> = (0..rows * H * MLA_CACHE_DIM)
+        .map(|_| bf16::from_f32(e4m3_to_f32(e4m3_from_f32(e4m3_value(&mut rng) / 64.0))))
+        .collect();
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| match rng.random_range(0..12) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..9), // past the cache: no key
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    // Full, clamped, short, empty and negative lengths.
+    let lengths: Vec<i32> = (0..rows as i32)
+        .map(|r| match r % 5 {
+            0 => TOPK as i32,
+            1 => TOPK as i32 + 40,
+            2 => rng.random_range(1..TOPK as i32),
+            3 => 0,
+            _ => -3,
+        })
+        .collect();
+    let (out, lse) = decode(&cache, &q, &indices, Some(&lengths));
+    let (p_out, p_lse) = decode_through_prefill(&cache, &q, &indices, Some(&lengths));
+    for (i, (a, b)) in lse.iter().zip(&p_lse).enumerate() {
+        if a.is_infinite() {
+            assert_eq!(a, b, "lse {i} of an empty row");
+            continue;
+        }
+        assert!(
+            (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+            "lse {i}: {a} vs {b}"
+        );
+    }
+    for (i, (a, b)) in out.iter().zip(&p_out).enumerate() {
+        assert!(
+            (a - b).abs() <= b.abs() / 128.0 + 1e-3,
+            "out {i}: {a} vs {b}"
+        );
+    }
+    // Rows 3 and 4 (lengths 0 and -3) are empty: out 0, lse +inf.
+    for r in [3, 4] {
+        assert!(
+            p_lse[r * H..(r + 1) * H]
+                .iter()
+                .all(|&l| l == f32::INFINITY)
+        );
+        assert!(
+            p_out[r * H * 512..(r + 1) * H * 512]
+                .iter()
+                .all(|&v| v == 0.0)
+        );
+    }
+}
+
+#[test]
+fn the_step_through_the_prefill_names_a_workspace_of_another_row_count() {
+    let mut rng = common::rng("the_step_through_the_prefill_names_a_workspace");
+    let (cache, _) = exact_cache(&mut rng, 1);
+    let queries = DecodeQueries::new(
+        Tensor::from_host(&Cpu, "q", &vec![bf16::ZERO; 3 * H * MLA_CACHE_DIM], 3).unwrap(),
+        Tensor::from_host(&Cpu, "indices", &vec![0i32; 3 * TOPK], 3).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    let mut out = Tensor::zeros(&Cpu, 3).unwrap();
+    let mut lse = Tensor::zeros(&Cpu, 3).unwrap();
+    let mut ws = PrefillDecodeWorkspace::<Cpu, H, TOPK>::new(&Cpu, 2).unwrap();
+    let err = DecodeThroughPrefill::<H, TOPK>::new()
+        .run(&Cpu, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("workspace") && err.contains('3') && err.contains('2'),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_workspace_past_i32_positions_is_refused() {
+    // rows × TOPK past i32::MAX: refused before anything is allocated.
+    let rows = (i32::MAX as usize / 2048) + 1;
+    let err = match PrefillDecodeWorkspace::<Cpu, H, 2048>::new(&Cpu, rows) {
+        Ok(_) => panic!("a workspace of {rows} rows × 2048 positions was made"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("rows") && err.contains(&rows.to_string()),
+        "{err}"
+    );
 }

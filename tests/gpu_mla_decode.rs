@@ -6,7 +6,8 @@
 //! (f32 sums of exact products against f64), `out` within 1e-2 + 1e-2·|out| (P rounded to bf16,
 //! 2^-9 a weight, and the output to bf16); an empty row is exactly `out = 0`, `lse = +inf`.
 //! A step recorded into a CUDA graph (split, so the workspace carries the partials) replays to
-//! the bytes of the same step run directly.
+//! the bytes of the same step run directly. The step through the prefill (`DecodeThroughPrefill`)
+//! against the same route on the CPU, with the prefill's tolerances.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -19,9 +20,10 @@ use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
 use shapeproof::ops::sparse_mla_decode::{
-    DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode,
+    DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, RunDecode,
+    SparseMlaDecode,
 };
-use shapeproof::rules::{DecodeHeads, TopkWidth};
+use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo, TopkWidth};
 use shapeproof::tensor::Tensor;
 
 fn gpu() -> Cuda {
@@ -208,6 +210,227 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     let mut recorder = g.record_graph().unwrap();
     decode
+        .record(&mut recorder, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    let got_out = out.to_host(&g).unwrap();
+    assert!(
+        got_out
+            .iter()
+            .zip(&want_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "replayed out differs from the direct step"
+    );
+    assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
+}
+
+/// The step through the prefill (`DecodeThroughPrefill`) on `b`: the same inputs as `run`.
+fn run_through_prefill<B, const H: usize, const TOPK: usize>(
+    b: &B,
+    s: &Step,
+) -> (Vec<f32>, Vec<f32>)
+where
+    B: RunDecode
+        + shapeproof::ops::mla_cache::RunMlaCache
+        + shapeproof::ops::sparse_mla::RunSparseMla,
+    Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
+    Dim<TOPK>: TopkWidth,
+{
+    let slots = s.pages * 64;
+    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, s.pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(b, "kv", &s.cache_rows, slots).unwrap(),
+        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(b, &rows_in, &mut cache, None)
+        .unwrap();
+    let rows = s.lengths.len();
+    let queries = DecodeQueries::new(
+        Tensor::from_host(b, "q", &s.q, rows).unwrap(),
+        Tensor::from_host(b, "indices", &s.indices, rows).unwrap(),
+        1.0 / (MLA_CACHE_DIM as f32).sqrt(),
+    )
+    .unwrap()
+    .with_lengths(Tensor::from_host(b, "lengths", &s.lengths, rows).unwrap())
+    .unwrap();
+    let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
+    let mut ws = PrefillDecodeWorkspace::new(b, rows).unwrap();
+    DecodeThroughPrefill::<H, TOPK>::new()
+        .run(b, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
+    (out, lse.to_host(b).unwrap())
+}
+
+/// The step through the prefill on the GPU against the same route on the CPU (the prefill's
+/// reference over the gathered workspace), with the prefill's tolerances (tests/gpu_sparse_mla.rs:
+/// out 8e-2 + max|v| / 16 absolute and 8e-2 relative for the e4m3 softmax weights, and each
+/// (row, head) output vector within relative L2 error 0.25 — the elementwise bound alone is
+/// loose for outputs this small; lse 2e-3 + 2e-3 relative), every element; empty rows exactly
+/// `out = 0`, `lse = +inf`. q holds values the cast saturates (±1000) and rounds in e4m3's
+/// subnormal range (±2^-10); lengths include negative and past-TOPK ones.
+fn through_prefill_case<const H: usize, const TOPK: usize>(rows: usize, pages: usize)
+where
+    Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
+    Dim<TOPK>: TopkWidth,
+{
+    let what = format!("through the prefill: H {H} TOPK {TOPK} rows {rows} pages {pages}");
+    let mut rng = common::rng(&what);
+    let slots = pages * 64;
+    let cache_rows = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let v_max = cache_rows
+        .iter()
+        .map(|v| v.to_f32().abs())
+        .fold(0.0f32, f32::max);
+    let mut q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    for v in q.iter_mut().step_by(97) {
+        *v = bf16::from_f32(match rng.random_range(0..4) {
+            0 => 1000.0,
+            1 => -1000.0,
+            2 => 2f32.powi(-10),
+            _ => -(2f32.powi(-10)),
+        });
+    }
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| match rng.random_range(0..20) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..50),
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    // Row r: full, empty, short, full, negative (empty), past TOPK (clamped), ...
+    let lengths: Vec<i32> = (0..rows)
+        .map(|r| match r % 6 {
+            1 => 0,
+            2 => rng.random_range(1..TOPK as i32),
+            4 => -5,
+            5 => TOPK as i32 + 17,
+            _ => TOPK as i32,
+        })
+        .collect();
+    let s = Step {
+        pages,
+        cache_rows,
+        q,
+        indices,
+        lengths,
+    };
+    let (out, lse) = run_through_prefill::<_, H, TOPK>(&gpu(), &s);
+    let (want_out, want_lse) = run_through_prefill::<_, H, TOPK>(&Cpu, &s);
+    let mut worst = (0.0f32, 0.0f32);
+    for (i, (g, w)) in lse.iter().zip(&want_lse).enumerate() {
+        if *w == f32::INFINITY {
+            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
+            continue;
+        }
+        let d = (g - w).abs();
+        worst.0 = worst.0.max(d);
+        assert!(d <= 2e-3 + 2e-3 * w.abs(), "{what}: lse {i}: {g} vs {w}");
+    }
+    for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
+        let d = (g - w).abs();
+        worst.1 = worst.1.max(d);
+        assert!(
+            d <= 8e-2 + v_max / 16.0 + 8e-2 * w.abs(),
+            "{what}: out {i} (row {}): {g} vs {w}",
+            i / (H * 512)
+        );
+    }
+    let mut worst_rel = 0.0f64;
+    for (v, (gv, cv)) in out
+        .chunks_exact(512)
+        .zip(want_out.chunks_exact(512))
+        .enumerate()
+    {
+        let num: f64 = gv
+            .iter()
+            .zip(cv)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
+        let den: f64 = cv.iter().map(|&b| (b as f64).powi(2)).sum();
+        if den == 0.0 {
+            // An empty row (or one whose keys all have zero values): exactly zero.
+            assert!(num == 0.0, "{what}: out vector {v} should be 0");
+            continue;
+        }
+        let rel = (num / den).sqrt();
+        worst_rel = worst_rel.max(if rel.is_nan() { f64::INFINITY } else { rel });
+        assert!(
+            rel <= 0.25,
+            "{what}: out vector {v} (row {}) relative L2 error {rel:.3}",
+            v / H
+        );
+    }
+    for r in (0..rows).filter(|r| r % 6 == 1 || r % 6 == 4) {
+        assert!(
+            out[r * H * 512..(r + 1) * H * 512]
+                .iter()
+                .all(|&v| v == 0.0),
+            "{what}: row {r} is empty: out 0"
+        );
+    }
+    eprintln!(
+        "{what}: max |Δlse| {:.2e}, max |Δout| {:.2e}, worst relative L2 of an output vector {worst_rel:.3}",
+        worst.0, worst.1
+    );
+}
+
+#[test]
+fn the_step_through_the_prefill_matches_its_reference() {
+    through_prefill_case::<128, 2048>(6, 64);
+    through_prefill_case::<64, 2048>(12, 64);
+    through_prefill_case::<16, 128>(13, 4);
+}
+
+#[test]
+fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
+    const H: usize = 64;
+    const TOPK: usize = 256;
+    let g = gpu();
+    let mut rng = common::rng("a_recorded_step_through_the_prefill_replays");
+    let (pages, rows) = (16, 3);
+    let slots = pages * 64;
+    let mut cache = DeepSeekV32KvCache::<Cuda>::zeros(&g, pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(&g, "kv", &kv, slots).unwrap(),
+        Tensor::from_host(&g, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(&g, &rows_in, &mut cache, None)
+        .unwrap();
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| rng.random_range(-1..slots as i32))
+        .collect();
+    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
+        Tensor::from_host(&g, "q", &q, rows).unwrap(),
+        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
+        0.0417,
+    )
+    .unwrap();
+    let route = DecodeThroughPrefill::<H, TOPK>::new();
+    let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    route
+        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
+    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    route
         .record(&mut recorder, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
     let graph = recorder.finish().unwrap();

@@ -14,6 +14,7 @@ use shapeproof::ops::indexer::{
 use shapeproof::ops::mla_cache::{MlaCacheGatherKernel, MlaCacheStoreKernel};
 use shapeproof::ops::sparse_mla_decode::{
     DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel,
+    SparseMlaDecodePrepareKernel,
 };
 
 /// `compiles::<$kernel<H>>()` for every decode head count.
@@ -283,6 +284,12 @@ fn sparse_mla_decode() {
     compiles::<SparseMlaDecodeKernel<16, 128>>();
     compiles::<SparseMlaDecodeKernel<8, 256>>();
     for_each_head_count!(SparseMlaDecodeCombineKernel);
+    // The step through the prefill: the head counts and widths of its tests and benchmark.
+    compiles::<SparseMlaDecodePrepareKernel<8, 2048>>();
+    compiles::<SparseMlaDecodePrepareKernel<16, 128>>();
+    compiles::<SparseMlaDecodePrepareKernel<32, 2048>>();
+    compiles::<SparseMlaDecodePrepareKernel<64, 2048>>();
+    compiles::<SparseMlaDecodePrepareKernel<128, 2048>>();
     compiles_with::<SparseMlaDecodeKernel<16, 2048>>(&mirror(
         "decode::kSmemBytes",
         DECODE_SMEM_BYTES,

@@ -3,9 +3,9 @@
 
 use rayon::prelude::*;
 
-use super::launch::{DecodeCall, DecodeEntry};
+use super::launch::{DecodeCall, DecodeEntry, DecodePrepareCall};
 use crate::backend::Cpu;
-use crate::dtype::bf16;
+use crate::dtype::{bf16, e4m3_from_f32};
 use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, mla_fp8_decode_row};
 
@@ -79,6 +79,36 @@ impl DecodeEntry for Cpu {
                     lse[h] = (m + z.ln()) as f32;
                 }
             });
+        Ok(())
+    }
+
+    unsafe fn sparse_mla_decode_prepare<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePrepareCall<'_, Cpu>,
+    ) -> Result<()> {
+        let DecodePrepareCall {
+            rows,
+            slots,
+            queries,
+            q8,
+            slots_flat,
+            positions,
+        } = call;
+        for (e, v) in q8.iter_mut().zip(queries.q.iter()) {
+            *e = e4m3_from_f32(v.to_f32());
+        }
+        for r in 0..rows {
+            let length = queries
+                .lengths
+                .map_or(TOPK, |l| l[r].clamp(0, TOPK as i32) as usize);
+            for j in 0..TOPK {
+                let at = r * TOPK + j;
+                let slot = queries.indices[at];
+                let valid = j < length && slot >= 0 && (slot as usize) < slots;
+                slots_flat[at] = if valid { slot } else { -1 };
+                positions[at] = if valid { at as i32 } else { -1 };
+            }
+        }
         Ok(())
     }
 }

@@ -1,10 +1,10 @@
 //! CUDA launch of [`SparseMlaDecode`](super::SparseMlaDecode) (`kernels/sparse_mla_decode.cu`):
 //! the decode kernel over (row, 16-head group, split) CTAs and, when a row's top-k is split,
-//! the combine kernel.
+//! the combine kernel; and the preparation of a step for the prefill (`DecodeThroughPrefill`).
 
 use std::marker::PhantomData;
 
-use super::launch::{DecodeCall, DecodeEntry};
+use super::launch::{DecodeCall, DecodeEntry, DecodePrepareCall};
 use super::{DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode};
 use crate::backend::Cuda;
 use crate::backend::cuda::{
@@ -50,6 +50,38 @@ crate::param_block! {
         slots: i32,
         splits: i32,
         blocks_per_split: i32,
+    }
+}
+
+crate::param_block! {
+    /// The preparation kernel's parameter block (`struct DecodePrepareParams`), field for field.
+    pub struct DecodePrepareParams {
+        q: u64,
+        indices: u64,
+        lengths: u64,
+        q8: u64,
+        slots_flat: u64,
+        positions: u64,
+        rows: i32,
+        slots: i32,
+    }
+}
+
+/// `sparse_mla_decode_prepare_kernel<H_Q, TOPK>`: a step's q cast to e4m3 and the gather's
+/// slots and the prefill's indices written, one CTA a query row.
+pub struct SparseMlaDecodePrepareKernel<const H_Q: usize, const TOPK: usize>(
+    PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
+);
+
+impl<const H_Q: usize, const TOPK: usize> CudaKernel for SparseMlaDecodePrepareKernel<H_Q, TOPK> {
+    const SOURCE: &'static str = concat!(
+        include_str!("../../../kernels/sparse_mla_common.cuh"),
+        "\n",
+        include_str!("../../../kernels/sparse_mla_decode.cu")
+    );
+    type Params = DecodePrepareParams;
+    fn instantiation() -> String {
+        format!("sparse_mla_decode_prepare_kernel<{H_Q}, {TOPK}>")
     }
 }
 
@@ -160,6 +192,42 @@ impl DecodeEntry for Cuda {
             unsafe { args.launch::<SparseMlaDecodeCombineKernel<H_Q>>(combine, &params)? };
         }
         Ok(())
+    }
+
+    unsafe fn sparse_mla_decode_prepare<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePrepareCall<'_, Cuda>,
+    ) -> Result<()> {
+        let DecodePrepareCall {
+            rows,
+            slots,
+            queries,
+            mut q8,
+            mut slots_flat,
+            mut positions,
+        } = call;
+        if rows == 0 {
+            return Ok(());
+        }
+        let mut args = DeviceArgs::new(self)?;
+        let params = DecodePrepareParams {
+            q: args.read_vectors("q", &queries.q)?,
+            indices: args.read("indices", &queries.indices)?,
+            lengths: args.read_opt("lengths", queries.lengths.as_ref())?,
+            q8: args.write_vectors("prefill workspace q", &mut q8)?,
+            slots_flat: args.write("prefill workspace slots", &mut slots_flat)?,
+            positions: args.write("prefill workspace indices", &mut positions)?,
+            rows: rows as i32,
+            slots: slots as i32,
+        };
+        let shape = LaunchShape {
+            grid: (rows as u32, 1, 1),
+            block: (256, 1, 1),
+            smem_bytes: 0,
+        };
+        // SAFETY: q holds rows × H_Q × 576 values and q8 as many bytes, indices, slots_flat and
+        // positions rows × TOPK, lengths rows (tied by `run`); one CTA a row.
+        unsafe { args.launch::<SparseMlaDecodePrepareKernel<H_Q, TOPK>>(shape, &params) }
     }
 }
 

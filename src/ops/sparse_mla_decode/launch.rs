@@ -3,7 +3,7 @@
 
 use super::args::DecodeQuerySlices;
 use crate::backend::Backend;
-use crate::dtype::bf16;
+use crate::dtype::{F8E4M3, bf16};
 use crate::error::Result;
 
 /// One checked decode step; extents in the comments. Made only by `SparseMlaDecode::run`.
@@ -18,6 +18,17 @@ pub struct DecodeCall<'a, B: Backend> {
     pub(crate) blocks_per_split: usize,           // 64-slot blocks of a split
     pub(crate) part_o: B::SliceMut<'a, f32>,      // [rows, H_Q, splits, 512] when split
     pub(crate) part_lse: B::SliceMut<'a, f32>,    // [rows, H_Q, splits] when split
+}
+
+/// One checked preparation of a decode step for the prefill; extents in the comments. Made only
+/// by `DecodeThroughPrefill::run`.
+pub struct DecodePrepareCall<'a, B: Backend> {
+    pub(crate) rows: usize,                       // query rows, B · s_q
+    pub(crate) slots: usize,                      // cache slots
+    pub(crate) queries: DecodeQuerySlices<'a, B>, // q [rows, H_Q, 576], indices [rows, TOPK], lengths [rows]
+    pub(crate) q8: B::SliceMut<'a, F8E4M3>,       // [rows, H_Q, 576]
+    pub(crate) slots_flat: B::SliceMut<'a, i32>,  // [rows · TOPK]
+    pub(crate) positions: B::SliceMut<'a, i32>,   // [rows, TOPK]
 }
 
 /// The per-backend entry: the private supertrait of [`RunDecode`](super::RunDecode).
@@ -36,5 +47,17 @@ pub trait DecodeEntry: Backend + Sized {
     unsafe fn sparse_mla_decode<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodeCall<'_, Self>,
+    ) -> Result<()>;
+
+    /// Casts a step's q to e4m3 and writes the slots the gather reads and the prefill's
+    /// indices (docs/kernels/mla_cache.md §8.6).
+    ///
+    /// # Safety
+    /// `call` was assembled by `DecodeThroughPrefill::run`: `H_Q` one of 8, 16, 32, 64, 128 and
+    /// `TOPK` a positive multiple of 128; the slices hold the extents in `DecodePrepareCall`'s
+    /// comments; `rows · TOPK` and `slots` are at most `i32::MAX`.
+    unsafe fn sparse_mla_decode_prepare<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePrepareCall<'_, Self>,
     ) -> Result<()>;
 }

@@ -16,18 +16,26 @@
 //! [`DecodeWorkspace`], made once per row count, so a step allocates nothing and `record` puts
 //! it into a CUDA graph).
 //!
+//! [`DecodeThroughPrefill`] runs the same step as the FP8 prefill over the step's gathered
+//! rows: faster where heads are many, with e4m3 q and RoPE in the scores.
+//!
 //! Files: this module the kernel type, its rules and `run`; `args.rs` the checked queries;
-//! `launch.rs` the call and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launch (and the CUDA-only `record`).
+//! `through_prefill.rs` the step through the prefill;
+//! `launch.rs` the calls and the sealed entry; `cpu.rs` the reference; `cuda.rs` the launches (and
+//! the decode's CUDA-only `record`).
 
 mod args;
 mod cpu;
 mod cuda;
 mod launch;
+mod through_prefill;
 
 pub use args::{DecodeQueries, DecodeQueryParts, DecodeWorkspace};
 pub use cuda::{
-    DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel, decode_splits,
+    DECODE_SMEM_BYTES, SparseMlaDecodeCombineKernel, SparseMlaDecodeKernel,
+    SparseMlaDecodePrepareKernel, decode_splits,
 };
+pub use through_prefill::{DecodeThroughPrefill, PrefillDecodeWorkspace};
 
 use std::marker::PhantomData;
 
