@@ -251,12 +251,20 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         }
         const u8* qrow0 = sQ + r0 * kQStride + quad * 8;
         const u8* qrow1 = qrow0 + 8 * kQStride;
-        float s_lat[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        // One accumulator set a scale group, the groups' k-steps interleaved: four independent
+        // mma chains of 8 a token tile instead of one of 32 (a lone CTA's latency at B = 1).
+        float acc[kDv / 128][2][4];
 #pragma unroll
         for (int g = 0; g < kDv / 128; ++g) {
-            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
+            for (int j = 0; j < 2; ++j) {
+                acc[g][j][0] = acc[g][j][1] = acc[g][j][2] = acc[g][j][3] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+            for (int g = 0; g < kDv / 128; ++g) {
                 const int ks = g * 8 + kk;
                 const uint2 x0 = *reinterpret_cast<const uint2*>(qrow0 + ks * 32);
                 const uint2 x1 = *reinterpret_cast<const uint2*>(qrow1 + ks * 32);
@@ -264,21 +272,25 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const u32 w = *reinterpret_cast<const u32*>(krow[j] + ks * 16 + quad * 4);
-                    decode::mma_f16(acc[j], a, decode::e4m3x2_to_f16x2(w),
+                    decode::mma_f16(acc[g][j], a, decode::e4m3x2_to_f16x2(w),
                                     decode::e4m3x2_to_f16x2(w >> 16));
                 }
             }
-            // Promote with the scales of the accumulator's columns: tokens
-            // 16 warp + 8 j + 2 quad + {0, 1}.
+        }
+        // Promote with the scales of the accumulators' columns: tokens
+        // 16 warp + 8 j + 2 quad + {0, 1}.
+        float s_lat[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const u8* col = sKv + (warp * 16 + j * 8 + 2 * quad) * kRowBytes;
+        for (int j = 0; j < 2; ++j) {
+            const u8* col = sKv + (warp * 16 + j * 8 + 2 * quad) * kRowBytes;
+#pragma unroll
+            for (int g = 0; g < kDv / 128; ++g) {
                 const float sc0 = decode::row_scale(col, g);
                 const float sc1 = decode::row_scale(col + kRowBytes, g);
-                s_lat[j][0] += sc0 * acc[j][0];
-                s_lat[j][1] += sc1 * acc[j][1];
-                s_lat[j][2] += sc0 * acc[j][2];
-                s_lat[j][3] += sc1 * acc[j][3];
+                s_lat[j][0] += sc0 * acc[g][j][0];
+                s_lat[j][1] += sc1 * acc[g][j][1];
+                s_lat[j][2] += sc0 * acc[g][j][2];
+                s_lat[j][3] += sc1 * acc[g][j][3];
             }
         }
         // The RoPE part (bf16 Q and cache values).
