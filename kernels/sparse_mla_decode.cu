@@ -122,13 +122,25 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // Q of the group's heads (zero rows past H_Q), a warp a head at a time: the latent part as
     // f16 times the head's power-of-two scale 2^-k (its largest value into [2^13, 2^14); 2^k
     // kept at kQScale), the RoPE part as it is (bf16).
-    for (int h = warp; h < kHeads; h += kThreads / 32) {
+    // The latent loads of the warp's four heads are issued before any is used (one memory
+    // round trip instead of four on a lone CTA's critical path).
+    constexpr int kWarps = kThreads / 32;
+    uint4 xs[kHeads / kWarps][2];
+#pragma unroll
+    for (int i = 0; i < kHeads / kWarps; ++i) {
+        const int h = warp + i * kWarps;
         const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
-        uint4 x[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        xs[i][0] = xs[i][1] = make_uint4(0, 0, 0, 0);
         if (h < kRealHeads) {
-            x[0] = reinterpret_cast<const uint4*>(qh)[lane];
-            x[1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
+            xs[i][0] = reinterpret_cast<const uint4*>(qh)[lane];
+            xs[i][1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
         }
+    }
+#pragma unroll
+    for (int hi = 0; hi < kHeads / kWarps; ++hi) {
+        const int h = warp + hi * kWarps;
+        const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
+        const uint4 x[2] = {xs[hi][0], xs[hi][1]};
         float v[16];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
