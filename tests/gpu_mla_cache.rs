@@ -3,7 +3,8 @@
 //! no token names must stay as it was), and the skipped-slot counts agree. Token counts that do
 //! not fill a block, one token, no token, tens of thousands of tokens over a large cache,
 //! awkward groups (zeros, NaN, huge, tiny, power-of-two boundaries), padding and slots past the
-//! cache in both ops; a store and a gather recorded into a graph replay to the same bytes.
+//! cache in both ops; a store and a gather recorded into graphs, one each and both in one,
+//! replay to the same bytes.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
@@ -96,4 +97,46 @@ fn recorded_store_and_gather_replay_to_the_same_bytes() {
         .collect();
     assert_eq!(bytes, want.workspace);
     assert_eq!(workspace.scale().to_host(&g).unwrap(), vec![1.0]);
+}
+
+#[test]
+fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
+    let g = gpu();
+    let mut rng = common::rng("a_store_and_its_gather_in_one_graph");
+    let s = CacheScenario::new(&mut rng, 4, 150, 200);
+    let want = s.run(&Cpu);
+    let mut cache =
+        DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
+    let rows = MlaKvRows::new(
+        Tensor::from_host(&g, "kv", &s.kv, s.tokens()).unwrap(),
+        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
+    )
+    .unwrap();
+    let n = s.index.len();
+    let index = Tensor::from_host(&g, "index", &s.index, n).unwrap();
+    let poison = vec![F8E4M3::from_bits(0x5A); n * MLA_CACHE_DIM];
+    let mut workspace =
+        MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(&g, g.upload(&poison).unwrap(), n, 7.0).unwrap();
+    let mut recorder = g.record_graph().unwrap();
+    // The store hands the cache back read-only for the graph's life: the gather (as a decode
+    // step's attention would) reads it in the same graph.
+    let stored = MlaCacheStore::<64, 128>::new()
+        .record(&mut recorder, &rows, &mut cache, None)
+        .unwrap();
+    MlaCacheGather::<64, 128>::new()
+        .record(&mut recorder, stored, &index, &mut workspace, None)
+        .unwrap();
+    let graph = recorder.finish().unwrap();
+    graph.replay().unwrap();
+    graph.replay().unwrap();
+    drop(graph);
+    assert_eq!(cache.bytes().to_host(&g).unwrap(), want.cache);
+    let bytes: Vec<u8> = workspace
+        .data()
+        .to_host(&g)
+        .unwrap()
+        .iter()
+        .map(|b| b.to_bits())
+        .collect();
+    assert_eq!(bytes, want.workspace);
 }

@@ -205,8 +205,9 @@ impl Cuda {
     ///
     /// # Safety
     /// Every pointer in `params` must address a live allocation of this backend's context large
-    /// enough for every access the kernel makes under `shape`; the typed ops guarantee this by
-    /// construction of their arguments.
+    /// enough for every access the kernel makes under `shape`, and every tensor map in `params`
+    /// must describe a box of such an allocation (its base and extents within the buffer); the
+    /// typed ops guarantee this by construction of their arguments.
     pub unsafe fn launch<K: CudaKernel>(
         &self,
         shape: LaunchShape,
@@ -529,8 +530,9 @@ impl<'a> DeviceArgs<'a> {
     ///
     /// # Safety
     /// Every device address in `params` was returned by this argument list (or is 0 where the
-    /// kernel reads an absent input as none), and under `shape` the kernel touches only the
-    /// extents its call checked.
+    /// kernel reads an absent input as none), every tensor map in `params` was encoded from
+    /// such an address with extents within that buffer, and under `shape` the kernel touches
+    /// only the extents its call checked.
     pub unsafe fn launch<K: CudaKernel>(
         &self,
         shape: LaunchShape,

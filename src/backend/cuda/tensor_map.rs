@@ -21,16 +21,20 @@ impl TensorMap {
     /// operand whose rows are 128 bytes). Rows at or past `rows` arrive as zeros. `rows` = 0
     /// gives an empty map: a kernel must not copy through it (nothing to copy). A swizzled copy
     /// needs `base` 128-byte aligned (a row view of such rows always is): `Err` naming `param`
-    /// otherwise.
+    /// otherwise, and when `rows` or `box_rows` lie outside what a map holds (`rows` < 2^32,
+    /// `box_rows` in 1..=256). Encoding asks the CUDA driver, as making a [`Cuda`](super::Cuda)
+    /// does: call it where one exists.
     pub fn rows_of_128_bytes(
         param: &'static str,
         base: u64,
         rows: usize,
         box_rows: u32,
     ) -> Result<Self> {
+        check_box(param, "box_rows", box_rows)?;
         if rows == 0 {
             return Ok(Self::default());
         }
+        check_extent(param, "rows", rows)?;
         check_base(param, base)?;
         Self::encode(base, &[128, rows as u64], &[128], &[128, box_rows])
     }
@@ -39,8 +43,9 @@ impl TensorMap {
     /// `base`, a page starting with its `page_rows` rows of 128 bytes: box (0, 0, p) is page
     /// p's tile, copied into shared memory in the 128-byte swizzle (the bytes after a page's
     /// tile are never read through the map). `pages` = 0 gives an empty map (nothing to copy).
-    /// `Err` naming `param` when `base` is not a multiple of 128 bytes or `page_bytes` not of
-    /// 16 (a TMA stride).
+    /// `Err` naming `param` when `base` is not a multiple of 128 bytes, `page_bytes` not of
+    /// 16 (a TMA stride), `page_rows` outside 1..=256 or `pages` not below 2^32. Encoding asks
+    /// the CUDA driver, as making a [`Cuda`](super::Cuda) does: call it where one exists.
     pub fn key_tiles_of_pages(
         param: &'static str,
         base: u64,
@@ -48,9 +53,11 @@ impl TensorMap {
         page_bytes: usize,
         page_rows: u32,
     ) -> Result<Self> {
+        check_box(param, "page_rows", page_rows)?;
         if pages == 0 {
             return Ok(Self::default());
         }
+        check_extent(param, "pages", pages)?;
         check_base(param, base)?;
         if !page_bytes.is_multiple_of(16) || page_bytes < 128 * page_rows as usize {
             return Err(Error::Mismatch {
@@ -114,6 +121,30 @@ impl TensorMap {
     }
 }
 
+/// A box extent the driver takes: 1 ..= 256 (`Err` naming `param` otherwise).
+fn check_box(param: &'static str, what: &str, rows: u32) -> Result<()> {
+    if (1..=256).contains(&rows) {
+        return Ok(());
+    }
+    Err(Error::Mismatch {
+        param,
+        expected: format!("{what} of a tensor map's box in 1 ..= 256"),
+        actual: rows.to_string(),
+    })
+}
+
+/// A global extent the driver takes: below 2^32 (`Err` naming `param` otherwise).
+fn check_extent(param: &'static str, what: &str, n: usize) -> Result<()> {
+    if (n as u64) < 1 << 32 {
+        return Ok(());
+    }
+    Err(Error::Mismatch {
+        param,
+        expected: format!("{what} of a tensor map below 2^32"),
+        actual: n.to_string(),
+    })
+}
+
 /// A swizzled copy's base: a multiple of 128 bytes (`Err` naming `param` otherwise).
 fn check_base(param: &'static str, base: u64) -> Result<()> {
     if base.is_multiple_of(128) {
@@ -164,5 +195,24 @@ mod tests {
                 .0,
             [0u64; 16]
         );
+    }
+
+    #[test]
+    fn boxes_and_extents_a_map_cannot_hold_are_an_err_naming_the_param() {
+        for bad in [0u32, 257] {
+            let err = TensorMap::rows_of_128_bytes("k", 0x1000, 64, bad).unwrap_err();
+            assert!(
+                err.to_string().contains("k") && err.to_string().contains("box_rows"),
+                "{err}"
+            );
+            let err =
+                TensorMap::key_tiles_of_pages("index_cache", 0x1000, 4, 8448, bad).unwrap_err();
+            assert!(err.to_string().contains("page_rows"), "{err}");
+        }
+        let err = TensorMap::rows_of_128_bytes("k", 0x1000, 1 << 32, 64).unwrap_err();
+        assert!(err.to_string().contains("4294967296"), "{err}");
+        let err =
+            TensorMap::key_tiles_of_pages("index_cache", 0x1000, 1 << 32, 8448, 64).unwrap_err();
+        assert!(err.to_string().contains("pages"), "{err}");
     }
 }

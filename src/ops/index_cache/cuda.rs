@@ -147,14 +147,19 @@ impl<const PAGE: usize> IndexKeyStore<PAGE> {
     /// Records the same call as [`run`](Self::run) into a CUDA graph (after the same checks):
     /// the graph borrows the keys, the cache and the counter until it is dropped, so none can
     /// be freed or swapped while it can replay.
+    ///
+    /// Returns the cache, read-only for the graph's life: what the step's later launches in the
+    /// same graph read it through (the paged indexer's `record_paged`, the gather's `record`),
+    /// so one graph holds a decode step's store and its reads.
     pub fn record<'g, B: RunIndexCache + IsCuda, SR: Storage<B>, SC: StorageMut<B>>(
         &self,
         graph: &mut GraphRecorder<'g>,
         rows: &'g IndexKeyRows<B, SR>,
         cache: &'g mut IndexKeyCache<B, PAGE, SC>,
         skipped: Option<&'g mut ErrorCounter<B>>,
-    ) -> Result<()> {
-        graph.record(|cuda: &B| self.run(cuda, rows, cache, skipped))
+    ) -> Result<&'g IndexKeyCache<B, PAGE, SC>> {
+        graph.record(|cuda: &B| self.run(cuda, rows, &mut *cache, skipped))?;
+        Ok(cache)
     }
 }
 

@@ -154,20 +154,24 @@ pub(crate) fn paged_reference<const H_IDX: usize, const TOPK: usize, const PAGE:
                 let page = table[s / PAGE];
                 (page >= 0 && (page as usize) < pages).then(|| page as usize * PAGE + s % PAGE)
             };
-            let mut scored: Vec<(u32, i32)> = (0..hi)
-                .filter_map(|s| {
-                    let slot = slot_of(s)?;
-                    let (key_at, scale_at) = index_key_offsets::<PAGE>(slot);
-                    let k: Vec<f32> = cache[key_at..key_at + INDEX_KEY_DIM]
-                        .iter()
-                        .map(|&byte| lut[byte as usize])
-                        .collect();
-                    let scale = f32::from_le_bytes(
-                        cache[scale_at..scale_at + 4].try_into().expect("4 bytes"),
-                    );
-                    Some((order_key(indexer_logit(&q, w, &k, scale)), s as i32))
-                })
-                .collect();
+            // The candidates held stay at most 2 · TOPK however long the row's range (which
+            // the block table, not the cache, bounds): compacted to the best TOPK when full.
+            let mut scored: Vec<(u32, i32)> = Vec::with_capacity(2 * TOPK);
+            for s in 0..hi {
+                let Some(slot) = slot_of(s) else { continue };
+                let (key_at, scale_at) = index_key_offsets::<PAGE>(slot);
+                let k: Vec<f32> = cache[key_at..key_at + INDEX_KEY_DIM]
+                    .iter()
+                    .map(|&byte| lut[byte as usize])
+                    .collect();
+                let scale =
+                    f32::from_le_bytes(cache[scale_at..scale_at + 4].try_into().expect("4 bytes"));
+                push_candidate(
+                    &mut scored,
+                    (order_key(indexer_logit(&q, w, &k, scale)), s as i32),
+                    TOPK,
+                );
+            }
             select_top(&mut scored, TOPK);
             for (i, out) in row.iter_mut().enumerate() {
                 *out = scored.get(i).map_or(-1, |&(_, s)| {
@@ -180,10 +184,51 @@ pub(crate) fn paged_reference<const H_IDX: usize, const TOPK: usize, const PAGE:
 /// Keeps the `topk` best of `(order key, position)` pairs (larger key first, then the lower
 /// position) and sorts them by position.
 pub(crate) fn select_top(scored: &mut Vec<(u32, i32)>, topk: usize) {
+    keep_best(scored, topk);
+    scored.sort_unstable_by_key(|&(_, s)| s);
+}
+
+/// Keeps the `topk` best pairs (in no order). The rank is a total order (positions are
+/// distinct), so keeping the best of a prefix loses none of the best of the whole.
+fn keep_best(scored: &mut Vec<(u32, i32)>, topk: usize) {
     let rank = |a: &(u32, i32), b: &(u32, i32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
     if scored.len() > topk {
+        if topk == 0 {
+            scored.clear();
+            return;
+        }
         scored.select_nth_unstable_by(topk - 1, rank);
         scored.truncate(topk);
     }
-    scored.sort_unstable_by_key(|&(_, s)| s);
+}
+
+/// Adds a candidate to a row's list, first compacting it to the best `topk` when it holds
+/// `2 · topk`: a row's memory stays bounded by its top-k, not by the positions it scans.
+fn push_candidate(scored: &mut Vec<(u32, i32)>, item: (u32, i32), topk: usize) {
+    if scored.len() >= 2 * topk.max(1) {
+        keep_best(scored, topk);
+    }
+    scored.push(item);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row's candidate list never holds more than 2 · topk, and what it keeps is the exact
+    /// top-k of everything pushed (ties to the lower position).
+    #[test]
+    fn pushed_candidates_stay_bounded_and_keep_the_exact_top_k() {
+        let topk = 5;
+        let items: Vec<(u32, i32)> = (0..1000).map(|i| ((i * 7919 % 97) as u32, i)).collect();
+        let mut held = Vec::new();
+        for &item in &items {
+            push_candidate(&mut held, item, topk);
+            assert!(held.len() <= 2 * topk);
+        }
+        select_top(&mut held, topk);
+        let mut all = items.clone();
+        select_top(&mut all, topk);
+        assert_eq!(held, all);
+    }
 }

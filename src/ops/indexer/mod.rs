@@ -125,6 +125,13 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
     /// `workspace` is the scratch made for this batch shape
     /// ([`PagedIndexerWorkspace::new`]); a batch too small to fill the GPU splits each
     /// sequence's positions over several CTAs and merges their candidates there.
+    ///
+    /// # Errors
+    /// `indices` without a row for every query token, or `workspace` made for another batch
+    /// shape. On CUDA, a view whose address breaks its copies' alignment: the cache's bytes
+    /// (`index_cache`) must start on a multiple of 128 bytes (the kernel copies each page's
+    /// key tile by TMA in the 128-byte swizzle; an owned cache and any view starting at a
+    /// whole page of one always do), `q` on a multiple of 16; each `Err` names the parameter.
     pub fn run_paged<
         B: RunIndexer,
         const PAGE: usize,

@@ -170,14 +170,19 @@ impl<const PAGE: usize, const GROUP: usize> MlaCacheStore<PAGE, GROUP> {
     /// Records the same call as [`run`](Self::run) into a CUDA graph (after the same checks):
     /// the graph borrows the rows, the cache and the counter until it is dropped, so none can
     /// be freed or swapped while it can replay.
+    ///
+    /// Returns the cache, read-only for the graph's life: what the step's later launches in the
+    /// same graph read it through (the decode's `record`, the gather's), so one graph holds a
+    /// decode step's store and its attention.
     pub fn record<'g, B: RunMlaCache + IsCuda, SR: Storage<B>, SC: StorageMut<B>>(
         &self,
         graph: &mut GraphRecorder<'g>,
         rows: &'g MlaKvRows<B, SR>,
         cache: &'g mut MlaFp8KvCache<B, PAGE, GROUP, SC>,
         skipped: Option<&'g mut ErrorCounter<B>>,
-    ) -> Result<()> {
-        graph.record(|cuda: &B| self.run(cuda, rows, cache, skipped))
+    ) -> Result<&'g MlaFp8KvCache<B, PAGE, GROUP, SC>> {
+        graph.record(|cuda: &B| self.run(cuda, rows, &mut *cache, skipped))?;
+        Ok(cache)
     }
 }
 
