@@ -19,10 +19,11 @@
 //   cache's bf16 values. Written to shared memory.
 // - Every warp runs the same online softmax over the 64 scores of each head (identical
 //   arithmetic, so identical running max and sum) and multiplies P by its own 128 dims of V —
-//   one scale group g = warp — into its accumulators: P'[h, t] = P[h, t] . s_k[t, g] / m_g in
-//   f16, where m_g is the largest scale of group g seen so far (so P' <= 1; the accumulators
-//   are rescaled when it grows, exactly: scales are powers of two), V the raw e4m3 bytes
-//   converted to f16, and the output multiplied by m_g at the end.
+//   one scale group g = warp — into its accumulators: P'[h, t] = 2^14 . P[h, t] . s_k[t, g] / m_g
+//   in f16, where m_g is the largest scale of group g seen so far (so P' <= 2^14; the
+//   accumulators, in units of m_g / 2^14, are rescaled when m_g grows, exactly: scales are
+//   powers of two), V the raw e4m3 bytes converted to f16, and the output multiplied by
+//   m_g / 2^14 at the end.
 // H_Q = 8 runs one 16-head group whose last 8 heads have zero queries and are not written.
 
 // Mirrored by `DecodeParams` in src/ops/sparse_mla_decode/cuda.rs (checked by the NVRTC tests).

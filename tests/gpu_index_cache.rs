@@ -49,19 +49,28 @@ fn a_large_cache() {
     case(1024, 50000);
 }
 
+/// A scenario's poisoned cache and the rows to store into it, on the GPU.
+fn cache_and_rows(
+    g: &Cuda,
+    s: &IndexStoreScenario,
+) -> (DeepSeekV32IndexCache<Cuda>, IndexKeyRows<Cuda>) {
+    let cache =
+        DeepSeekV32IndexCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
+    let rows = IndexKeyRows::new(
+        Tensor::from_host(g, "k", &s.k, s.tokens()).unwrap(),
+        Tensor::from_host(g, "loc", &s.loc, s.tokens()).unwrap(),
+    )
+    .unwrap();
+    (cache, rows)
+}
+
 #[test]
 fn a_recorded_store_replays_to_the_same_bytes() {
     let g = gpu();
     let mut rng = common::rng("a_recorded_store_replays_to_the_same_bytes");
     let s = IndexStoreScenario::new(&mut rng, 4, 150);
     let (want, _) = s.run(&Cpu);
-    let mut cache =
-        DeepSeekV32IndexCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
-    let rows = IndexKeyRows::new(
-        Tensor::from_host(&g, "k", &s.k, s.tokens()).unwrap(),
-        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
-    )
-    .unwrap();
+    let (mut cache, rows) = cache_and_rows(&g, &s);
     let store = IndexKeyStore::<PAGE>::new();
     let mut recorder = g.record_graph().unwrap();
     store
@@ -81,13 +90,7 @@ fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
     let s = IndexStoreScenario::new(&mut rng, 3, 150);
     let (want, _) = s.run(&Cpu);
     let want_gather = s.gather(&Cpu, &want);
-    let mut cache =
-        DeepSeekV32IndexCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
-    let rows = IndexKeyRows::new(
-        Tensor::from_host(&g, "k", &s.k, s.tokens()).unwrap(),
-        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
-    )
-    .unwrap();
+    let (mut cache, rows) = cache_and_rows(&g, &s);
     let n = s.index.len();
     let index = Tensor::from_host(&g, "index", &s.index, n).unwrap();
     let mut k = Tensor::from_host(&g, "k", &vec![F8E4M3::from_bits(0x5A); n * 128], n).unwrap();
@@ -102,7 +105,8 @@ fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
         .record(&mut recorder, stored, &index, &mut k, &mut k_scale, None)
         .unwrap();
     let graph = recorder.finish().unwrap();
-    graph.replay().unwrap();
+    // One replay: the gather must see this replay's store (a second one would hide a missing
+    // order, reading the first's). Dropping the graph waits for it.
     graph.replay().unwrap();
     drop(graph);
     assert_same_cache(

@@ -53,24 +53,54 @@ fn a_large_cache() {
     case(1024, 40000, 70000);
 }
 
+/// A scenario's inputs on the GPU: the poisoned cache, the rows to store, the slots to
+/// gather and a poisoned workspace for them.
+struct OnGpu {
+    cache: DeepSeekV32KvCache<Cuda>,
+    rows: MlaKvRows<Cuda>,
+    index: Tensor<Cuda, i32>,
+    workspace: MlaLatentKv<Cuda, MLA_CACHE_DIM>,
+}
+
+fn on_gpu(g: &Cuda, s: &CacheScenario) -> OnGpu {
+    let n = s.index.len();
+    let poison = vec![F8E4M3::from_bits(0x5A); n * MLA_CACHE_DIM];
+    OnGpu {
+        cache: DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages)
+            .unwrap(),
+        rows: MlaKvRows::new(
+            Tensor::from_host(g, "kv", &s.kv, s.tokens()).unwrap(),
+            Tensor::from_host(g, "loc", &s.loc, s.tokens()).unwrap(),
+        )
+        .unwrap(),
+        index: Tensor::from_host(g, "index", &s.index, n).unwrap(),
+        workspace: MlaLatentKv::new(g, g.upload(&poison).unwrap(), n, 7.0).unwrap(),
+    }
+}
+
+/// The gathered workspace's bytes.
+fn workspace_bytes(g: &Cuda, workspace: &MlaLatentKv<Cuda, MLA_CACHE_DIM>) -> Vec<u8> {
+    workspace
+        .data()
+        .to_host(g)
+        .unwrap()
+        .iter()
+        .map(|b| b.to_bits())
+        .collect()
+}
+
 #[test]
 fn recorded_store_and_gather_replay_to_the_same_bytes() {
     let g = gpu();
     let mut rng = common::rng("recorded_store_and_gather_replay_to_the_same_bytes");
     let s = CacheScenario::new(&mut rng, 4, 150, 200);
     let want = s.run(&Cpu);
-    let mut cache =
-        DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
-    let rows = MlaKvRows::new(
-        Tensor::from_host(&g, "kv", &s.kv, s.tokens()).unwrap(),
-        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
-    )
-    .unwrap();
-    let n = s.index.len();
-    let index = Tensor::from_host(&g, "index", &s.index, n).unwrap();
-    let poison = vec![F8E4M3::from_bits(0x5A); n * MLA_CACHE_DIM];
-    let mut workspace =
-        MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(&g, g.upload(&poison).unwrap(), n, 7.0).unwrap();
+    let OnGpu {
+        mut cache,
+        rows,
+        index,
+        mut workspace,
+    } = on_gpu(&g, &s);
     let mut recorder = g.record_graph().unwrap();
     MlaCacheStore::<64, 128>::new()
         .record(&mut recorder, &rows, &mut cache, None)
@@ -88,14 +118,7 @@ fn recorded_store_and_gather_replay_to_the_same_bytes() {
     graph.replay().unwrap();
     drop(graph);
     assert_eq!(cache.bytes().to_host(&g).unwrap(), want.cache);
-    let bytes: Vec<u8> = workspace
-        .data()
-        .to_host(&g)
-        .unwrap()
-        .iter()
-        .map(|b| b.to_bits())
-        .collect();
-    assert_eq!(bytes, want.workspace);
+    assert_eq!(workspace_bytes(&g, &workspace), want.workspace);
     assert_eq!(workspace.scale().to_host(&g).unwrap(), vec![1.0]);
 }
 
@@ -105,18 +128,12 @@ fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
     let mut rng = common::rng("a_store_and_its_gather_in_one_graph");
     let s = CacheScenario::new(&mut rng, 4, 150, 200);
     let want = s.run(&Cpu);
-    let mut cache =
-        DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&s.poison).unwrap(), s.pages).unwrap();
-    let rows = MlaKvRows::new(
-        Tensor::from_host(&g, "kv", &s.kv, s.tokens()).unwrap(),
-        Tensor::from_host(&g, "loc", &s.loc, s.tokens()).unwrap(),
-    )
-    .unwrap();
-    let n = s.index.len();
-    let index = Tensor::from_host(&g, "index", &s.index, n).unwrap();
-    let poison = vec![F8E4M3::from_bits(0x5A); n * MLA_CACHE_DIM];
-    let mut workspace =
-        MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(&g, g.upload(&poison).unwrap(), n, 7.0).unwrap();
+    let OnGpu {
+        mut cache,
+        rows,
+        index,
+        mut workspace,
+    } = on_gpu(&g, &s);
     let mut recorder = g.record_graph().unwrap();
     // The store hands the cache back read-only for the graph's life: the gather (as a decode
     // step's attention would) reads it in the same graph.
@@ -127,16 +144,11 @@ fn a_store_and_its_gather_in_one_graph_replay_to_the_reference() {
         .record(&mut recorder, stored, &index, &mut workspace, None)
         .unwrap();
     let graph = recorder.finish().unwrap();
-    graph.replay().unwrap();
+    // One replay: the gather must see this replay's store (a second one would hide a missing
+    // order, reading the first's). Dropping the graph waits for it.
     graph.replay().unwrap();
     drop(graph);
     assert_eq!(cache.bytes().to_host(&g).unwrap(), want.cache);
-    let bytes: Vec<u8> = workspace
-        .data()
-        .to_host(&g)
-        .unwrap()
-        .iter()
-        .map(|b| b.to_bits())
-        .collect();
-    assert_eq!(bytes, want.workspace);
+    assert_eq!(workspace_bytes(&g, &workspace), want.workspace);
+    assert_eq!(workspace.scale().to_host(&g).unwrap(), vec![1.0]);
 }

@@ -34,6 +34,10 @@
 //!   capture is open.
 //! - A capture begun with cudarc's own API (`CudaStream::begin_capture`), which borrows
 //!   nothing, makes every launch and copy of the backend an `Err` instead.
+//! - A buffer a recorded op writes stays borrowed mutably by the graph, or comes back as a
+//!   [`Recorded`] that only later `record`s read (a cache store's `record`): nothing outside
+//!   the graph reads it while replays may be queued. Dropping the graph waits for its replays,
+//!   since cudarc's events on its buffers do not know them.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -64,6 +68,56 @@ impl IsCuda for Cuda {
     }
 }
 
+/// A buffer an op's `record` wrote into a graph, handed back read-only for the graph's life
+/// (what a cache store's `record` returns): only later `record`s can read it (they take it
+/// where they take a `&'g` borrow, [`GraphRead`]), so every read of it is ordered after the
+/// graph's writes on the stream the graph replays on. It gives no other access: a read from
+/// another stream could not be ordered after a replay.
+pub struct Recorded<'g, T>(&'g T);
+
+impl<T> Clone for Recorded<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Recorded<'_, T> {}
+
+impl<'g, T> Recorded<'g, T> {
+    /// `buffer`, written by a `record` of the graph that borrows it for `'g`.
+    pub(crate) fn new(buffer: &'g T) -> Self {
+        Self(buffer)
+    }
+}
+
+/// What an op's `record` reads a buffer through: a plain `&'g` borrow, or a buffer an earlier
+/// `record` wrote ([`Recorded`]). Sealed: the crate alone turns it into the borrow.
+pub trait GraphRead<'g, T>: read_seal::IntoRef<'g, T> {}
+
+/// The seal of [`GraphRead`]: the conversion lives in a trait other crates cannot name.
+mod read_seal {
+    pub trait IntoRef<'g, T> {
+        fn into_ref(self) -> &'g T;
+    }
+    impl<'g, T> IntoRef<'g, T> for &'g T {
+        fn into_ref(self) -> &'g T {
+            self
+        }
+    }
+    impl<'g, T> IntoRef<'g, T> for super::Recorded<'g, T> {
+        fn into_ref(self) -> &'g T {
+            self.0
+        }
+    }
+}
+
+impl<'g, T> GraphRead<'g, T> for &'g T {}
+impl<'g, T> GraphRead<'g, T> for Recorded<'g, T> {}
+
+/// The borrow a [`GraphRead`] stands for (the crate's `record` methods).
+pub(crate) fn read_ref<'g, T>(buffer: impl GraphRead<'g, T>) -> &'g T {
+    read_seal::IntoRef::into_ref(buffer)
+}
+
 /// A raw stream of the recorder's own, destroyed with it.
 struct CaptureStream {
     stream: Arc<CudaStream>,
@@ -92,7 +146,8 @@ pub struct GraphRecorder<'g> {
 }
 
 /// A recorded CUDA graph, replayable on the stream of the backend that recorded it while the
-/// tensors of its launches stay borrowed.
+/// tensors of its launches stay borrowed. Dropping it waits (on the host) for the replays it
+/// queued: keep a step's graph for as long as the step is replayed.
 pub struct Graph<'g> {
     owner: &'g Cuda,
     graph: sys::CUgraph,
@@ -234,12 +289,16 @@ impl Graph<'_> {
     }
 }
 
+/// Dropping a graph waits for its queued replays: its borrows end here, and cudarc's events
+/// on its buffers do not know the replays, so a later use of a buffer from another stream
+/// would not be ordered after them.
 impl Drop for Graph<'_> {
     fn drop(&mut self) {
         let ctx = self.owner.context();
         if ctx.bind_to_thread().is_err() {
             return;
         }
+        ctx.record_err(self.owner.stream.synchronize());
         // SAFETY: both handles were made by `finish` and are destroyed once; a replay still
         // running completes first (CUDA frees an executing graph when it finishes).
         unsafe {

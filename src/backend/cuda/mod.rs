@@ -23,7 +23,8 @@ mod params;
 mod tensor_map;
 
 pub use foreign::ForeignDeviceBuffer;
-pub use graph::{Graph, GraphRecorder, IsCuda};
+pub(crate) use graph::read_ref;
+pub use graph::{Graph, GraphRead, GraphRecorder, IsCuda, Recorded};
 pub use jit::{Arch, CompiledKernel, KernelCache, compile_kernel, compile_kernel_reported};
 pub use launch::{CudaKernel, DeviceArgs, LaunchShape};
 pub use params::{ParamBlock, ParamField, check_params, layout_asserts};

@@ -21,8 +21,8 @@ impl TensorMap {
     /// operand whose rows are 128 bytes). Rows at or past `rows` arrive as zeros. `rows` = 0
     /// gives an empty map: a kernel must not copy through it (nothing to copy). A swizzled copy
     /// needs `base` 128-byte aligned (a row view of such rows always is): `Err` naming `param`
-    /// otherwise, and when `rows` or `box_rows` lie outside what a map holds (`rows` < 2^32,
-    /// `box_rows` in 1..=256). Encoding asks the CUDA driver, as making a [`Cuda`](super::Cuda)
+    /// otherwise, and when `rows` or `box_rows` lie outside what a map holds (`rows` at most
+    /// 2^32, `box_rows` in 1..=256). Encoding asks the CUDA driver, as making a [`Cuda`](super::Cuda)
     /// does: call it where one exists.
     pub fn rows_of_128_bytes(
         param: &'static str,
@@ -44,7 +44,7 @@ impl TensorMap {
     /// p's tile, copied into shared memory in the 128-byte swizzle (the bytes after a page's
     /// tile are never read through the map). `pages` = 0 gives an empty map (nothing to copy).
     /// `Err` naming `param` when `base` is not a multiple of 128 bytes, `page_bytes` not of
-    /// 16 (a TMA stride), `page_rows` outside 1..=256 or `pages` not below 2^32. Encoding asks
+    /// 16 (a TMA stride), `page_rows` outside 1..=256 or `pages` past 2^32. Encoding asks
     /// the CUDA driver, as making a [`Cuda`](super::Cuda) does: call it where one exists.
     pub fn key_tiles_of_pages(
         param: &'static str,
@@ -133,14 +133,14 @@ fn check_box(param: &'static str, what: &str, rows: u32) -> Result<()> {
     })
 }
 
-/// A global extent the driver takes: below 2^32 (`Err` naming `param` otherwise).
+/// A global extent the driver takes: at most 2^32 (`Err` naming `param` otherwise).
 fn check_extent(param: &'static str, what: &str, n: usize) -> Result<()> {
-    if (n as u64) < 1 << 32 {
+    if (n as u64) <= 1 << 32 {
         return Ok(());
     }
     Err(Error::Mismatch {
         param,
-        expected: format!("{what} of a tensor map below 2^32"),
+        expected: format!("{what} of a tensor map, at most 2^32"),
         actual: n.to_string(),
     })
 }
@@ -209,10 +209,10 @@ mod tests {
                 TensorMap::key_tiles_of_pages("index_cache", 0x1000, 4, 8448, bad).unwrap_err();
             assert!(err.to_string().contains("page_rows"), "{err}");
         }
-        let err = TensorMap::rows_of_128_bytes("k", 0x1000, 1 << 32, 64).unwrap_err();
-        assert!(err.to_string().contains("4294967296"), "{err}");
-        let err =
-            TensorMap::key_tiles_of_pages("index_cache", 0x1000, 1 << 32, 8448, 64).unwrap_err();
+        let err = TensorMap::rows_of_128_bytes("k", 0x1000, (1 << 32) + 1, 64).unwrap_err();
+        assert!(err.to_string().contains("4294967297"), "{err}");
+        let err = TensorMap::key_tiles_of_pages("index_cache", 0x1000, (1 << 32) + 1, 8448, 64)
+            .unwrap_err();
         assert!(err.to_string().contains("pages"), "{err}");
     }
 }

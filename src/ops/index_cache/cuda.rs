@@ -6,7 +6,9 @@ use std::marker::PhantomData;
 use super::launch::{IndexCacheEntry, IndexGatherCall, IndexStoreCall};
 use super::{IndexKeyGather, IndexKeyRows, IndexKeyStore, RunIndexCache};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::backend::cuda::{
+    CudaKernel, DeviceArgs, GraphRead, GraphRecorder, IsCuda, LaunchShape, Recorded, read_ref,
+};
 use crate::dim::Dim;
 use crate::dtype::F8E4M3;
 use crate::error::Result;
@@ -148,7 +150,8 @@ impl<const PAGE: usize> IndexKeyStore<PAGE> {
     /// the graph borrows the keys, the cache and the counter until it is dropped, so none can
     /// be freed or swapped while it can replay.
     ///
-    /// Returns the cache, read-only for the graph's life: what the step's later launches in the
+    /// Returns the cache, read-only for the graph's life and readable only by later `record`s
+    /// ([`Recorded`]): what the step's later launches in the
     /// same graph read it through (the paged indexer's `record_paged`, the gather's `record`),
     /// so one graph holds a decode step's store and its reads.
     pub fn record<'g, B: RunIndexCache + IsCuda, SR: Storage<B>, SC: StorageMut<B>>(
@@ -157,9 +160,9 @@ impl<const PAGE: usize> IndexKeyStore<PAGE> {
         rows: &'g IndexKeyRows<B, SR>,
         cache: &'g mut IndexKeyCache<B, PAGE, SC>,
         skipped: Option<&'g mut ErrorCounter<B>>,
-    ) -> Result<&'g IndexKeyCache<B, PAGE, SC>> {
+    ) -> Result<Recorded<'g, IndexKeyCache<B, PAGE, SC>>> {
         graph.record(|cuda: &B| self.run(cuda, rows, &mut *cache, skipped))?;
-        Ok(cache)
+        Ok(Recorded::new(cache))
     }
 }
 
@@ -169,7 +172,7 @@ impl<const PAGE: usize> IndexKeyGather<PAGE> {
     pub fn record<'g, B, SC, SI, SK>(
         &self,
         graph: &mut GraphRecorder<'g>,
-        cache: &'g IndexKeyCache<B, PAGE, SC>,
+        cache: impl GraphRead<'g, IndexKeyCache<B, PAGE, SC>>,
         index: &'g Tensor<B, i32, Scalar, SI>,
         k: &'g mut Tensor<B, F8E4M3, Cols<INDEX_KEY_DIM>, SK>,
         k_scale: &'g mut Tensor<B, f32, Scalar, SK>,
@@ -177,10 +180,11 @@ impl<const PAGE: usize> IndexKeyGather<PAGE> {
     ) -> Result<()>
     where
         B: RunIndexCache + IsCuda,
-        SC: Storage<B>,
+        SC: Storage<B> + 'g,
         SI: Storage<B>,
         SK: StorageMut<B>,
     {
+        let cache = read_ref(cache);
         graph.record(|cuda: &B| self.run(cuda, cache, index, k, k_scale, skipped))
     }
 }

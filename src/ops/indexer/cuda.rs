@@ -11,7 +11,9 @@ use super::{
     RunIndexer,
 };
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape, TensorMap};
+use crate::backend::cuda::{
+    CudaKernel, DeviceArgs, GraphRead, GraphRecorder, IsCuda, LaunchShape, TensorMap, read_ref,
+};
 use crate::dim::Dim;
 use crate::error::Result;
 use crate::layout::{INDEX_KEY_ROW_BYTES, IndexKeyCache};
@@ -449,25 +451,27 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
 
     /// Records the same call as [`run_paged`](Self::run_paged) into a CUDA graph (after the same
     /// checks): the graph borrows the queries, the cache, the workspace and `indices` until it
-    /// is dropped.
+    /// is dropped. The cache is a `&'g` borrow or the one an index-key store's `record` of the
+    /// same step handed back.
     pub fn record_paged<
         'g,
         B: RunIndexer + IsCuda,
         const PAGE: usize,
         SQ: Storage<B>,
-        SK: Storage<B>,
+        SK: Storage<B> + 'g,
         SO: StorageMut<B>,
     >(
         &self,
         graph: &mut GraphRecorder<'g>,
         queries: &'g PagedIndexerQueries<B, H_IDX, SQ>,
-        cache: &'g IndexKeyCache<B, PAGE, SK>,
+        cache: impl GraphRead<'g, IndexKeyCache<B, PAGE, SK>>,
         workspace: &'g mut PagedIndexerWorkspace<B, TOPK>,
         indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()>
     where
         Dim<PAGE>: IndexCachePage,
     {
+        let cache = read_ref(cache);
         graph.record(|cuda: &B| self.run_paged(cuda, queries, cache, workspace, indices))
     }
 }

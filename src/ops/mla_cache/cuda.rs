@@ -6,7 +6,9 @@ use std::marker::PhantomData;
 use super::launch::{MlaCacheEntry, MlaGatherCall, MlaStoreCall};
 use super::{MlaCacheGather, MlaCacheStore, MlaKvRows, RunMlaCache};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::backend::cuda::{
+    CudaKernel, DeviceArgs, GraphRead, GraphRecorder, IsCuda, LaunchShape, Recorded, read_ref,
+};
 use crate::dim::Dim;
 use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache, MlaLatentKv};
@@ -171,7 +173,8 @@ impl<const PAGE: usize, const GROUP: usize> MlaCacheStore<PAGE, GROUP> {
     /// the graph borrows the rows, the cache and the counter until it is dropped, so none can
     /// be freed or swapped while it can replay.
     ///
-    /// Returns the cache, read-only for the graph's life: what the step's later launches in the
+    /// Returns the cache, read-only for the graph's life and readable only by later `record`s
+    /// ([`Recorded`]): what the step's later launches in the
     /// same graph read it through (the decode's `record`, the gather's), so one graph holds a
     /// decode step's store and its attention.
     pub fn record<'g, B: RunMlaCache + IsCuda, SR: Storage<B>, SC: StorageMut<B>>(
@@ -180,9 +183,9 @@ impl<const PAGE: usize, const GROUP: usize> MlaCacheStore<PAGE, GROUP> {
         rows: &'g MlaKvRows<B, SR>,
         cache: &'g mut MlaFp8KvCache<B, PAGE, GROUP, SC>,
         skipped: Option<&'g mut ErrorCounter<B>>,
-    ) -> Result<&'g MlaFp8KvCache<B, PAGE, GROUP, SC>> {
+    ) -> Result<Recorded<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>> {
         graph.record(|cuda: &B| self.run(cuda, rows, &mut *cache, skipped))?;
-        Ok(cache)
+        Ok(Recorded::new(cache))
     }
 }
 
@@ -193,17 +196,18 @@ impl<const PAGE: usize, const GROUP: usize> MlaCacheGather<PAGE, GROUP> {
     pub fn record<
         'g,
         B: RunMlaCache + IsCuda,
-        SC: Storage<B>,
+        SC: Storage<B> + 'g,
         SI: Storage<B>,
         SW: StorageMut<B>,
     >(
         &self,
         graph: &mut GraphRecorder<'g>,
-        cache: &'g MlaFp8KvCache<B, PAGE, GROUP, SC>,
+        cache: impl GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>,
         index: &'g Tensor<B, i32, Scalar, SI>,
         workspace: &'g mut MlaLatentKv<B, MLA_CACHE_DIM, SW>,
         skipped: Option<&'g mut ErrorCounter<B>>,
     ) -> Result<()> {
+        let cache = read_ref(cache);
         graph.record(|cuda: &B| self.run(cuda, cache, index, workspace, skipped))
     }
 }

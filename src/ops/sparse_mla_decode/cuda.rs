@@ -7,7 +7,9 @@ use std::marker::PhantomData;
 use super::launch::{DecodeCall, DecodeEntry};
 use super::{DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode};
 use crate::backend::Cuda;
-use crate::backend::cuda::{CudaKernel, DeviceArgs, GraphRecorder, IsCuda, LaunchShape};
+use crate::backend::cuda::{
+    CudaKernel, DeviceArgs, GraphRead, GraphRecorder, IsCuda, LaunchShape, read_ref,
+};
 use crate::dim::Dim;
 use crate::error::Result;
 use crate::layout::MlaFp8KvCache;
@@ -170,7 +172,7 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
         &self,
         graph: &mut GraphRecorder<'g>,
         queries: &'g DecodeQueries<B, H_Q, TOPK, SQ>,
-        cache: &'g MlaFp8KvCache<B, PAGE, GROUP, SC>,
+        cache: impl GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>,
         workspace: &'g mut DecodeWorkspace<B, H_Q, TOPK>,
         out: &'g mut Tensor<B, crate::dtype::bf16, OutRow<H_Q>, SO>,
         lse: &'g mut Tensor<B, f32, Cols<H_Q>, SO>,
@@ -178,11 +180,12 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
     where
         B: RunDecode + IsCuda,
         SQ: Storage<B>,
-        SC: Storage<B>,
+        SC: Storage<B> + 'g,
         SO: StorageMut<B>,
         Dim<PAGE>: MlaCachePage,
         Dim<GROUP>: MlaScaleGroup,
     {
+        let cache = read_ref(cache);
         graph.record(|cuda: &B| self.run(cuda, queries, cache, workspace, out, lse))
     }
 }
