@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Record, copy_bandwidth_gbs, gpu, time_us};
+use common::{Record, copy_bandwidth_gbs, gpu, sequence_slots, time_us};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::{Backend, Cuda};
@@ -20,20 +20,6 @@ use shapeproof::tensor::Tensor;
 
 /// Pages of the benchmark's cache (262144 slots, 172 MB).
 const PAGES: usize = 4096;
-const PAGE: usize = 64;
-
-/// The slots of `tokens` tokens of one sequence whose pages are a random permutation of the
-/// cache's pages (an engine's page table), in sequence order.
-fn sequence_slots(rng: &mut StdRng, tokens: usize) -> Vec<usize> {
-    let mut pages: Vec<usize> = (0..PAGES).collect();
-    for i in 0..pages.len() {
-        let j = rng.random_range(i..pages.len());
-        pages.swap(i, j);
-    }
-    (0..tokens)
-        .map(|t| pages[t / PAGE] * PAGE + t % PAGE)
-        .collect()
-}
 
 fn report(
     what: &str,
@@ -71,7 +57,7 @@ fn bench_store(
     let kv: Vec<bf16> = (0..tokens * MLA_CACHE_DIM)
         .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
         .collect();
-    let loc: Vec<i64> = sequence_slots(rng, tokens)
+    let loc: Vec<i64> = sequence_slots(rng, PAGES, tokens)
         .into_iter()
         .map(|s| s as i64)
         .collect();
@@ -102,7 +88,7 @@ fn bench_gather(
     copy: f64,
     records: &mut Vec<Record>,
 ) {
-    let index: Vec<i32> = sequence_slots(rng, rows)
+    let index: Vec<i32> = sequence_slots(rng, PAGES, rows)
         .into_iter()
         .map(|s| s as i32)
         .collect();

@@ -229,13 +229,9 @@ fn bench_prefill_from_cache(
     const S_Q: usize = 4096;
     const S_KV: usize = 32768;
     const H: usize = 128;
-    let mut pages: Vec<i32> = (0..PAGES as i32).collect();
-    for i in 0..pages.len() {
-        let j = rng.random_range(i..pages.len());
-        pages.swap(i, j);
-    }
-    let seq_slots: Vec<i32> = (0..S_KV)
-        .map(|t| pages[t / 64] * 64 + (t % 64) as i32)
+    let seq_slots: Vec<i32> = common::sequence_slots(rng, PAGES, S_KV)
+        .into_iter()
+        .map(|s| s as i32)
         .collect();
     let q8: Vec<F8E4M3> = (0..S_Q * H * MLA_CACHE_DIM)
         .map(|_| e4m3_from_f32((rng.random::<f32>() - 0.5) * 0.17))

@@ -208,3 +208,18 @@ pub unsafe fn raw_launch_us(
     }
     t0.elapsed().as_secs_f64() * 1e6 / n as f64
 }
+
+/// The cache slots of `tokens` tokens of one sequence whose pages of 64 slots are a random
+/// permutation of a cache's `pages` pages (an engine's page table), in sequence order.
+pub fn sequence_slots(rng: &mut rand::rngs::StdRng, pages: usize, tokens: usize) -> Vec<usize> {
+    use rand::Rng;
+    const PAGE: usize = 64;
+    let mut order: Vec<usize> = (0..pages).collect();
+    for i in 0..order.len() {
+        let j = rng.random_range(i..order.len());
+        order.swap(i, j);
+    }
+    (0..tokens)
+        .map(|t| order[t / PAGE] * PAGE + t % PAGE)
+        .collect()
+}
