@@ -123,13 +123,25 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // Q of the group's heads (zero rows past H_Q), a warp a head at a time: the latent part as
     // f16 times the head's power-of-two scale 2^-k (its largest value into [2^13, 2^14); 2^k
     // kept at kQScale), the RoPE part as it is (bf16).
-    for (int h = warp; h < kHeads; h += kThreads / 32) {
+    // The latent loads of the warp's four heads are issued before any is used (one memory
+    // round trip instead of four on a lone CTA's critical path).
+    constexpr int kWarps = kThreads / 32;
+    uint4 xs[kHeads / kWarps][2];
+#pragma unroll
+    for (int i = 0; i < kHeads / kWarps; ++i) {
+        const int h = warp + i * kWarps;
         const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
-        uint4 x[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        xs[i][0] = xs[i][1] = make_uint4(0, 0, 0, 0);
         if (h < kRealHeads) {
-            x[0] = reinterpret_cast<const uint4*>(qh)[lane];
-            x[1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
+            xs[i][0] = reinterpret_cast<const uint4*>(qh)[lane];
+            xs[i][1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
         }
+    }
+#pragma unroll
+    for (int hi = 0; hi < kHeads / kWarps; ++hi) {
+        const int h = warp + hi * kWarps;
+        const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
+        const uint4 x[2] = {xs[hi][0], xs[hi][1]};
         float v[16];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -252,12 +264,20 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         }
         const u8* qrow0 = sQ + r0 * kQStride + quad * 8;
         const u8* qrow1 = qrow0 + 8 * kQStride;
-        float s_lat[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        // One accumulator set a scale group, the groups' k-steps interleaved: four independent
+        // mma chains of 8 a token tile instead of one of 32 (a lone CTA's latency at B = 1).
+        float acc[kDv / 128][2][4];
 #pragma unroll
         for (int g = 0; g < kDv / 128; ++g) {
-            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
+            for (int j = 0; j < 2; ++j) {
+                acc[g][j][0] = acc[g][j][1] = acc[g][j][2] = acc[g][j][3] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+            for (int g = 0; g < kDv / 128; ++g) {
                 const int ks = g * 8 + kk;
                 const uint2 x0 = *reinterpret_cast<const uint2*>(qrow0 + ks * 32);
                 const uint2 x1 = *reinterpret_cast<const uint2*>(qrow1 + ks * 32);
@@ -265,21 +285,25 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const u32 w = *reinterpret_cast<const u32*>(krow[j] + ks * 16 + quad * 4);
-                    decode::mma_f16(acc[j], a, decode::e4m3x2_to_f16x2(w),
+                    decode::mma_f16(acc[g][j], a, decode::e4m3x2_to_f16x2(w),
                                     decode::e4m3x2_to_f16x2(w >> 16));
                 }
             }
-            // Promote with the scales of the accumulator's columns: tokens
-            // 16 warp + 8 j + 2 quad + {0, 1}.
+        }
+        // Promote with the scales of the accumulators' columns: tokens
+        // 16 warp + 8 j + 2 quad + {0, 1}.
+        float s_lat[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const u8* col = sKv + (warp * 16 + j * 8 + 2 * quad) * kRowBytes;
+        for (int j = 0; j < 2; ++j) {
+            const u8* col = sKv + (warp * 16 + j * 8 + 2 * quad) * kRowBytes;
+#pragma unroll
+            for (int g = 0; g < kDv / 128; ++g) {
                 const float sc0 = decode::row_scale(col, g);
                 const float sc1 = decode::row_scale(col + kRowBytes, g);
-                s_lat[j][0] += sc0 * acc[j][0];
-                s_lat[j][1] += sc1 * acc[j][1];
-                s_lat[j][2] += sc0 * acc[j][2];
-                s_lat[j][3] += sc1 * acc[j][3];
+                s_lat[j][0] += sc0 * acc[g][j][0];
+                s_lat[j][1] += sc1 * acc[g][j][1];
+                s_lat[j][2] += sc0 * acc[g][j][2];
+                s_lat[j][3] += sc1 * acc[g][j][3];
             }
         }
         // The RoPE part (bf16 Q and cache values).
