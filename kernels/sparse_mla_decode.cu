@@ -2,7 +2,8 @@
 // sm_90a: f16 tensor cores (mma.sync m16n8k16) fed the cache's e4m3 bytes by one conversion
 // instruction per two values (exact), the per-group scales folded into the partial scores and
 // into P instead of into every K and V value, the top-k split over CTAs when the batch is too
-// small to fill the GPU, and a combine kernel that merges the splits.
+// small to fill the GPU, and a combine kernel that merges the splits (launched as a programmatic
+// dependent of the splits' kernel: its launch and start hide behind their tail).
 // Compiled after common.cuh and sparse_mla_common.cuh (cp_async_16, byte_perm; smem_addr is
 // common.cuh's).
 //
@@ -119,6 +120,9 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     const int row = blockIdx.x, group = blockIdx.y, split = blockIdx.z;
     const int head0 = group * kHeads;
     constexpr int kRealHeads = H_Q < kHeads ? H_Q : kHeads;
+    // The combine (a dependent launch) may be scheduled once every split has begun; it waits
+    // for this grid's end before it reads anything.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     // Q of the group's heads (zero rows past H_Q), a warp a head at a time: the latent part as
     // f16 times the head's power-of-two scale 2^-k (its largest value into [2^13, 2^14); 2^k
@@ -495,6 +499,10 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const De
     constexpr int kMaxSplits = 32;
     __shared__ float weight[kMaxSplits];
     __shared__ float head_lse;
+    // Launched as a dependent of the splits' kernel (it may be resident before that kernel
+    // ends): nothing global is touched before the splits have ended and their writes are
+    // visible. A no-op for an ordinary launch.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const i64 head = blockIdx.x;  // row * H_Q + h
     const int splits = min(p.splits, kMaxSplits);  // the host never splits further
     if (threadIdx.x < 32) {

@@ -248,6 +248,52 @@ impl Cuda {
     }
 }
 
+impl Cuda {
+    /// `cuLaunchKernelEx` of `function` (kernel `K`'s) on the backend's stream, with `params`
+    /// by value, as a programmatic dependent launch: the kernel may start while the kernel
+    /// queued before it still runs (it is scheduled once every block of that one has begun or
+    /// ended), which hides its launch and start behind that kernel's tail.
+    ///
+    /// # Safety
+    /// As [`Cuda::launch`], the backend's context is current on this thread, and the kernel
+    /// executes `griddepcontrol.wait` (which waits for the previous kernel's completion and
+    /// the visibility of its writes) before its first access to global memory.
+    unsafe fn queue_dependent_launch<K: CudaKernel>(
+        &self,
+        function: sys::CUfunction,
+        shape: LaunchShape,
+        params: &K::Params,
+    ) -> Result<()> {
+        let mut block = *params;
+        let mut args = [&mut block as *mut K::Params as *mut c_void];
+        // SAFETY: an all-zero attribute is a valid C value (the id is overwritten below).
+        let mut overlap: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        overlap.id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        overlap.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: shape.grid.0,
+            gridDimY: shape.grid.1,
+            gridDimZ: shape.grid.2,
+            blockDimX: shape.block.0,
+            blockDimY: shape.block.1,
+            blockDimZ: shape.block.2,
+            sharedMemBytes: shape.smem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut overlap,
+            numAttrs: 1,
+        };
+        // SAFETY: the kernel takes exactly one parameter of type `K::Params`, the caller vouches
+        // for the pointers inside it and for the kernel's wait before its global accesses;
+        // `config`, `overlap` and `args` outlive the call.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, function, args.as_mut_ptr(), std::ptr::null_mut())
+                .result()?;
+        }
+        Ok(())
+    }
+}
+
 /// Where an admitted buffer is ordered, relative to the launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Home {
@@ -542,6 +588,28 @@ impl<'a> DeviceArgs<'a> {
         // SAFETY: forwarded to the caller; `new` made the context current on this thread (a
         // first use's compile and module load keep it so).
         unsafe { self.cuda.queue_launch::<K>(function, shape, params) }
+    }
+
+    /// As [`DeviceArgs::launch`], as a programmatic dependent launch: kernel `K` may start
+    /// while the kernel this argument list launched before it still runs, so its launch and
+    /// start hide behind that kernel's tail (a split decode's combine behind its splits).
+    ///
+    /// # Safety
+    /// As [`DeviceArgs::launch`]; this list launched a kernel before (its only predecessor on
+    /// the stream), and kernel `K` executes `griddepcontrol.wait` before its first access to
+    /// global memory, so it reads nothing that kernel writes, and writes nothing it reads,
+    /// before that kernel has ended.
+    pub(crate) unsafe fn launch_dependent<K: CudaKernel>(
+        &self,
+        shape: LaunchShape,
+        params: &K::Params,
+    ) -> Result<()> {
+        let function = self.cuda.function::<K>()?;
+        // SAFETY: forwarded to the caller; `new` made the context current on this thread.
+        unsafe {
+            self.cuda
+                .queue_dependent_launch::<K>(function, shape, params)
+        }
     }
 
     /// The address of an optional output, 0 when absent.

@@ -188,8 +188,12 @@ impl DecodeEntry for Cuda {
                 block: (THREADS, 1, 1),
                 smem_bytes: 0,
             };
-            // SAFETY: as above; one CTA a (row, head), 4 dims a thread.
-            unsafe { args.launch::<SparseMlaDecodeCombineKernel<H_Q>>(combine, &params)? };
+            // SAFETY: as above; one CTA a (row, head), 4 dims a thread. The combine waits
+            // (`griddepcontrol.wait`) for the splits' kernel, launched just before, before its
+            // first global access, so it may start during that kernel's tail.
+            unsafe {
+                args.launch_dependent::<SparseMlaDecodeCombineKernel<H_Q>>(combine, &params)?
+            };
         }
         Ok(())
     }
