@@ -670,7 +670,48 @@ def mla_decode(run, torch, results_dir):
     header = (["(B, s_q, h_q, TOPK)", "µs"] + (["µs a step in a graph"] if graphs else [])
               + ["TFLOP/s", "of FP8 matmul", "eager µs", "compile µs", "eager / shapeproof",
                  "compile / shapeproof"])
-    return out + table(header, rows) + [""]
+    out += table(header, rows) + [""]
+    return out + decode_through_prefill(run, limit) + prefill_from_cache(run, limit)
+
+
+def decode_through_prefill(run, limit):
+    """The same decode steps through `DecodeThroughPrefill` (q cast, gather, FP8 prefill), with
+    their distance from the decode's output: a route of another precision class."""
+    recs = run.matching(r"through_prefill_b(\d+)_sq(\d+)_h(\d+)_topk(\d+)")
+    if not recs:
+        return []
+    rows = [["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1),
+             num(f.get("gather_us"), 1), num(f.get("tflops"), 0),
+             DASH if limit is None else pct(f.get("tflops") / limit),
+             sci(f.get("max_abs_vs_decode"), 1), sci(f.get("cos_dist_vs_decode"), 1)]
+            for m, _, f in recs]
+    header = ["(B, s_q, h_q, TOPK)", "µs (q cast + gather + prefill)", "the gather alone µs",
+              "TFLOP/s", "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
+    return (prose("The same steps through the FP8 prefill (`DecodeThroughPrefill`: q cast to "
+                  "e4m3, the gather of the rows into a workspace, the prefill), same run:")
+            + table(header, rows) + [""])
+
+
+def share(part, whole):
+    """`part` as a percentage of `whole`, to two decimals (small shares stay readable)."""
+    r = ratio(part, whole)
+    return DASH if r is None else f"{100.0 * r:.2f}%"
+
+
+def prefill_from_cache(run, limit):
+    """The sparse prefill fed from the paged cache by the typed gather, and the gather's share."""
+    recs = run.matching(r"prefill_from_cache_sq(\d+)_skv(\d+)_h(\d+)_topk(\d+)")
+    if not recs:
+        return []
+    rows = [["({}, {}, {}, 576, {})".format(*m.groups()), num(f.get("gather_us"), 1),
+             num(f.get("prefill_us"), 1), num(f.get("us"), 1),
+             share(f.get("gather_us"), f.get("us")), num(f.get("tflops"), 0),
+             DASH if limit is None else pct(f.get("tflops") / limit)]
+            for m, _, f in recs]
+    header = ["(s_q, s_kv, h_q, d_qk, TOPK)", "gather µs", "prefill µs", "gather + prefill µs",
+              "gather's share", "TFLOP/s", "of FP8 matmul"]
+    return (prose("The sparse prefill fed from the cache (the typed gather builds its e4m3 "
+                  "workspace), same run:") + table(header, rows) + [""])
 
 
 def topk(run, torch, results_dir):
