@@ -431,3 +431,21 @@ fn a_workspace_past_i32_positions_is_refused() {
         "{err}"
     );
 }
+
+shapeproof::model! {
+    /// DeepSeek V3.2 on 2 ranks: 64 heads a rank, where the step through the prefill pays.
+    mod deepseek_v32_tp2 {
+        config: "examples/models/deepseek_v32.json",
+        tensor_parallel: 2,
+    }
+}
+
+/// `model!` derives both decode routes from the config: the decode and the step through the
+/// prefill, with the rank's heads unpadded and the config's top-k.
+#[test]
+fn the_model_derives_both_decode_routes() {
+    use deepseek_v32_tp2 as ds;
+    assert_eq!((ds::HQ, ds::TOPK), (64, 2048));
+    let _: SparseMlaDecode<64, 2048> = ds::Decode::new();
+    let _: DecodeThroughPrefill<64, 2048> = ds::DecodeThroughPrefill::new();
+}

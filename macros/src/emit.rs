@@ -310,6 +310,11 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         /// (`DeepSeekV32KvCache`): the rank's `HQ` heads unpadded (its rule, `DecodeHeads`, is
         /// checked by `Decode::new()`).
         pub type Decode = ::shapeproof::ops::sparse_mla_decode::SparseMlaDecode<#hq, #topk>;
+        /// The same decode step through the FP8 sparse prefill (q cast to e4m3, the slots
+        /// gathered into a workspace, the prefill): faster where the rank holds 64 or 128 heads,
+        /// in the prefill's precision class (its rules are checked by `new()`).
+        pub type DecodeThroughPrefill =
+            ::shapeproof::ops::sparse_mla_decode::DecodeThroughPrefill<#hq, #topk>;
 
         // The same numbers, proven by the library's rule traits when the crate is checked.
         const _: () = {
