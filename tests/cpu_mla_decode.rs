@@ -289,12 +289,17 @@ fn the_top_k_split_covers_every_block_once() {
         (256, 128, 2048),
         (3, 8, 128),
         (300, 8, 2048),
+        (1, 16, 4096),
+        (1, 8, 8192),
+        (2, 128, 8192),
     ] {
         let blocks = topk / 64;
         let (splits, per_split) = decode_splits(rows, heads, topk);
         assert!(splits >= 1 && per_split >= 1, "{rows} {heads} {topk}");
         // Every block in exactly one split: the splits cover the blocks and none is empty.
         assert!(splits * per_split >= blocks && (splits - 1) * per_split < blocks);
+        // The combine merges at most 32 splits of a row.
+        assert!(splits <= 32, "{rows} {heads} {topk}: {splits} splits");
         let ctas = rows * heads.div_ceil(16);
         if ctas >= 264 {
             assert_eq!(splits, 1, "a batch that fills the GPU is not split");

@@ -145,6 +145,14 @@ fn one_row_split_and_combined() {
     case::<128, 2048>(1, 64, false);
 }
 
+/// A top-k wider than 2048 at one row: more 64-position blocks than the combine's 32 splits,
+/// so a split takes several blocks (every block must still reach the output).
+#[test]
+fn one_row_of_a_top_k_wider_than_2048() {
+    case::<16, 4096>(1, 80, false);
+    case::<8, 8192>(1, 160, true);
+}
+
 #[test]
 fn every_head_count() {
     case::<8, 2048>(40, 64, false);
