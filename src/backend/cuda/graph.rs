@@ -72,7 +72,9 @@ impl IsCuda for Cuda {
 /// (what a cache store's `record` returns): only later `record`s can read it (they take it
 /// where they take a `&'g` borrow, [`GraphRead`]), so every read of it is ordered after the
 /// graph's writes on the stream the graph replays on. It gives no other access: a read from
-/// another stream could not be ordered after a replay.
+/// another stream could not be ordered after a replay. (It is `Copy`, so another graph recorded
+/// while this one lives could take it too; a recording admits only buffers of the stream it
+/// replays on, so such a graph replays on this one's stream, ordered after its writes.)
 pub struct Recorded<'g, T>(&'g T);
 
 impl<T> Clone for Recorded<'_, T> {
