@@ -26,6 +26,7 @@
 mod common;
 
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, graph_call_us, time_us};
+use cudarc::driver::sys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::{DeviceArgs, LaunchShape};
@@ -53,32 +54,44 @@ shapeproof::cuda_kernel! {
     }
 }
 
-/// GPU time of reading the cache rows of `slots` (`[positions]` cache slots) once.
+/// GPU time of reading the cache rows of `slots` (`[positions]` cache slots) once: a step of
+/// `GRAPH_STEPS` steps of one captured graph, as the decode's `graph_us` (no launch gaps).
 fn row_gather_us(g: &Cuda, cache: &DeepSeekV32KvCache<Cuda>, slots: &[i32]) -> f64 {
     let slot: Tensor<Cuda, i32, Scalar> = Tensor::from_host(g, "slot", slots, slots.len()).unwrap();
     let mut sink: Tensor<Cuda, u32, Scalar> = Tensor::zeros(g, 1).unwrap();
-    let cache_slots = cache.pages() * 64;
-    time_us(g, 3, 15, |_| {
-        let (bytes, slot_view) = (cache.bytes().as_slice(), slot.as_slice());
-        let mut sink_view = sink.as_slice_mut();
-        let mut args = DeviceArgs::new(g).unwrap();
-        let params = RowGatherParams {
-            cache: args.read("cache", &bytes).unwrap(),
-            slot: args.read("slot", &slot_view).unwrap(),
-            sink: args.write("sink", &mut sink_view).unwrap(),
-            positions: slots.len() as i64,
-            slots: cache_slots as i32,
-        };
-        let shape = LaunchShape {
-            grid: (g.sm_count() * 8, 1, 1),
-            block: (256, 1, 1),
-            smem_bytes: 0,
-        };
-        // SAFETY: the kernel reads the rows of slots in [0, cache_slots) of the cache (its
-        // pages × 64 rows of 656 bytes), `positions` slots and one sink word (grid-stride,
-        // every access guarded by those extents).
-        unsafe { args.launch::<RowGather<4>>(shape, &params).unwrap() }
-    })
+    let (bytes, slot_view) = (cache.bytes().as_slice(), slot.as_slice());
+    let mut sink_view = sink.as_slice_mut();
+    let mut args = DeviceArgs::new(g).unwrap();
+    let params = RowGatherParams {
+        cache: args.read("cache", &bytes).unwrap(),
+        slot: args.read("slot", &slot_view).unwrap(),
+        sink: args.write("sink", &mut sink_view).unwrap(),
+        positions: slots.len() as i64,
+        slots: (cache.pages() * 64) as i32,
+    };
+    let shape = LaunchShape {
+        grid: (g.sm_count() * 8, 1, 1),
+        block: (256, 1, 1),
+        smem_bytes: 0,
+    };
+    let function = g.function::<RowGather<4>>().unwrap();
+    g.synchronize().unwrap();
+    g.stream()
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    for _ in 0..GRAPH_STEPS {
+        // SAFETY: the kernel reads the rows of slots in [0, slots) of the cache (its pages × 64
+        // rows of 656 bytes), `positions` slots and one sink word, every access guarded by
+        // those extents (grid-stride); the admitted buffers outlive the graph.
+        unsafe { common::raw_launch(g, function, shape, &params) };
+    }
+    let graph = g
+        .stream()
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a captured graph");
+    graph.upload().unwrap();
+    time_us(g, 3, 21, |_| graph.launch().unwrap()) / GRAPH_STEPS as f64
 }
 
 const PAGES: usize = 8192;
