@@ -10,6 +10,7 @@
 #                     SECONDS have passed; one line a run (logs in $CHECK_LOGS)
 #   TEST_JOBS=N       (tests, check) up to N test binaries at once
 #   SAN_JOBS=N        (check) up to N sanitizer runs at once (default 4)
+#   SKIP_TESTS=1      (check) the sanitizers alone (a second check of another binary)
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
@@ -147,7 +148,7 @@ check() {
         esac
     }
     for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
-        [ -x "$t" ] || continue
+        [ -x "$t" ] && [ -z "${SKIP_TESTS:-}" ] || continue
         name=${t#"$here"/}
         runs+=("test ${name//\//-}")
         queue "test ${name//\//-}" "$jobs" "$t" --test-threads=1
