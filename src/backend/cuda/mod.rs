@@ -158,9 +158,9 @@ impl Cuda {
     /// `Device::new_cuda` uses) is a different stream on every host thread: a backend on it is
     /// bound to the thread that calls `from_stream`, and work from another thread is an `Err`
     /// naming the stream. That stream object stays bound to that thread while it lives: a
-    /// `from_stream` of the same object on another thread is an `Err` too. To capture the backend's launches in a CUDA graph, record them with
-    /// [`Cuda::record_graph`]; a capture begun with cudarc's own API makes every launch and
-    /// copy an `Err` instead.
+    /// `from_stream` of the same object on another thread is an `Err` too. To capture the
+    /// backend's launches in a CUDA graph, record them with [`Cuda::record_graph`]; a capture
+    /// begun with cudarc's own API makes every launch and copy an `Err` instead.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let arch = Self::arch_of(stream.context())?;
         Self::with_stream(stream, arch)

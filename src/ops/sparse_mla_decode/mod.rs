@@ -95,10 +95,7 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
         Dim<PAGE>: MlaCachePage,
         Dim<GROUP>: MlaScaleGroup,
     {
-        let rows = queries.rows();
-        out.expect_rows("out", "query rows (as q)", rows)?;
-        lse.expect_rows("lse", "query rows (as q)", rows)?;
-        crate::error::Error::check_extent("workspace", "query rows (as q)", rows, workspace.rows)?;
+        let rows = check_step(queries, out, lse, workspace.rows)?;
         // SAFETY: the rules hold (`new`'s bounds, and the cache's: 656-byte rows); the queries
         // tie q, indices and lengths to `rows` with rows × H_Q ≤ i32::MAX; the outputs have
         // `rows` rows; the cache holds `slots` ≤ i32::MAX rows.
@@ -117,4 +114,24 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
             })
         }
     }
+}
+
+/// The extents a decode step ties to its queries' row count (either route): `out`, `lse` and
+/// the workspace (made for `workspace_rows` rows) must hold that many rows. Returns the count.
+pub(crate) fn check_step<B, SQ, SO, const H_Q: usize, const TOPK: usize>(
+    queries: &DecodeQueries<B, H_Q, TOPK, SQ>,
+    out: &Tensor<B, crate::dtype::bf16, OutRow<H_Q>, SO>,
+    lse: &Tensor<B, f32, Cols<H_Q>, SO>,
+    workspace_rows: usize,
+) -> Result<usize>
+where
+    B: Backend,
+    SQ: Storage<B>,
+    SO: Storage<B>,
+{
+    let rows = queries.rows();
+    out.expect_rows("out", "query rows (as q)", rows)?;
+    lse.expect_rows("lse", "query rows (as q)", rows)?;
+    crate::error::Error::check_extent("workspace", "query rows (as q)", rows, workspace_rows)?;
+    Ok(rows)
 }

@@ -120,10 +120,7 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         Dim<PAGE>: MlaCachePage,
         Dim<GROUP>: MlaScaleGroup,
     {
-        let rows = queries.rows();
-        out.expect_rows("out", "query rows (as q)", rows)?;
-        lse.expect_rows("lse", "query rows (as q)", rows)?;
-        Error::check_extent("workspace", "query rows (as q)", rows, workspace.rows)?;
+        let rows = super::check_step(queries, out, lse, workspace.rows)?;
         // SAFETY: `new`'s bounds (H_Q a decode head count, TOPK a multiple of 128); the queries
         // tie q, indices and lengths to `rows`; the workspace was made for `rows` (checked
         // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX, positions
