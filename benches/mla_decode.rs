@@ -26,7 +26,6 @@
 mod common;
 
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, graph_call_us, time_us};
-use cudarc::driver::sys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::{DeviceArgs, LaunchShape};
@@ -75,23 +74,12 @@ fn row_gather_us(g: &Cuda, cache: &DeepSeekV32KvCache<Cuda>, slots: &[i32]) -> f
         smem_bytes: 0,
     };
     let function = g.function::<RowGather<4>>().unwrap();
-    g.synchronize().unwrap();
-    g.stream()
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .unwrap();
-    for _ in 0..GRAPH_STEPS {
-        // SAFETY: the kernel reads the rows of slots in [0, slots) of the cache (its pages × 64
-        // rows of 656 bytes), `positions` slots and one sink word, every access guarded by
-        // those extents (grid-stride); the admitted buffers outlive the graph.
-        unsafe { common::raw_launch(g, function, shape, &params) };
-    }
-    let graph = g
-        .stream()
-        .end_capture(sys::CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("a captured graph");
-    graph.upload().unwrap();
-    time_us(g, 3, 21, |_| graph.launch().unwrap()) / GRAPH_STEPS as f64
+    // SAFETY: the kernel reads the rows of slots in [0, slots) of the cache (its pages × 64 rows
+    // of 656 bytes), `positions` slots and one sink word, every access guarded by those
+    // extents (grid-stride); the admitted buffers outlive the graph.
+    common::raw_graph_call_us(g, GRAPH_STEPS, |_| unsafe {
+        common::raw_launch(g, function, shape, &params)
+    })
 }
 
 const PAGES: usize = 8192;

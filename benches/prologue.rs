@@ -19,8 +19,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{Record, gpu, time_us};
-use cudarc::driver::sys;
+use common::{Record, gpu};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shapeproof::backend::cuda::DeviceArgs;
@@ -318,11 +317,8 @@ fn graph_us<K: PrologueKernel>(
     let main = g.function::<K>().unwrap();
     let update = g.function::<K::Update>().unwrap();
     let plans: Vec<PrologueLaunchPlan> = (0..calls).map(&mut plan).collect();
-    g.synchronize().unwrap();
-    g.stream()
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .unwrap();
-    for p in &plans {
+    common::raw_graph_call_us(g, calls, |i| {
+        let p = &plans[i];
         // SAFETY: checked parameter blocks (`launch_plan`) of buffers that outlive the graph,
         // all on the benchmark's one stream.
         unsafe {
@@ -331,14 +327,7 @@ fn graph_us<K: PrologueKernel>(
                 common::raw_launch(g, update, *shape, params);
             }
         }
-    }
-    let graph = g
-        .stream()
-        .end_capture(sys::CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("a captured graph");
-    graph.upload().unwrap();
-    time_us(g, 3, 30, |_| graph.launch().unwrap()) / calls as f64
+    })
 }
 
 /// Input sets to rotate over so that one call's inputs are evicted from the 60 MB L2 before

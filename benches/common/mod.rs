@@ -53,6 +53,27 @@ pub fn graph_call_us(g: &Cuda, graph: &shapeproof::backend::cuda::Graph<'_>, cal
     time_us(g, 3, 21, |_| graph.replay().unwrap()) / calls as f64
 }
 
+/// Median GPU time in microseconds of one of `calls` calls captured from raw launches into one
+/// graph and replayed: `launch(i)` queues call `i` on the benchmark's stream while it is
+/// captured (raw `cuLaunchKernel`s of checked parameter blocks, e.g. [`raw_launch`]), so no
+/// host launch gap between the calls is counted.
+pub fn raw_graph_call_us(g: &Cuda, calls: usize, mut launch: impl FnMut(usize)) -> f64 {
+    g.stream().synchronize().unwrap();
+    g.stream()
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    for i in 0..calls {
+        launch(i);
+    }
+    let graph = g
+        .stream()
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a captured graph");
+    graph.upload().unwrap();
+    time_us(g, 3, 30, |_| graph.launch().unwrap()) / calls as f64
+}
+
 /// The median of `v`.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
