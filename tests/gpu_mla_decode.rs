@@ -97,6 +97,22 @@ fn on_host<B: RunDecode, const H: usize>(
     (out, lse.to_host(b).unwrap())
 }
 
+/// Every `lse` against the reference's: +inf exactly where the reference's row is empty, else
+/// within `abs + rel · |want|`. Returns the largest difference.
+fn check_lse(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) -> f32 {
+    let mut worst = 0.0f32;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if *w == f32::INFINITY {
+            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
+            continue;
+        }
+        let d = (g - w).abs();
+        worst = worst.max(d);
+        assert!(d <= abs + rel * w.abs(), "{what}: lse {i}: {g} vs {w}");
+    }
+    worst
+}
+
 fn run<B: RunDecode + shapeproof::ops::mla_cache::RunMlaCache, const H: usize, const TOPK: usize>(
     b: &B,
     s: &Step,
@@ -150,16 +166,7 @@ where
     };
     let (out, lse) = run::<_, H, TOPK>(&gpu(), &s);
     let (want_out, want_lse) = run::<_, H, TOPK>(&Cpu, &s);
-    let mut worst = (0.0f32, 0.0f32);
-    for (i, (g, w)) in lse.iter().zip(&want_lse).enumerate() {
-        if *w == f32::INFINITY {
-            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
-            continue;
-        }
-        let d = (g - w).abs();
-        worst.0 = worst.0.max(d);
-        assert!(d <= 1e-3 + 1e-4 * w.abs(), "{what}: lse {i}: {g} vs {w}");
-    }
+    let mut worst = (check_lse(&what, &lse, &want_lse, 1e-3, 1e-4), 0.0f32);
     for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
         let d = (g - w).abs();
         worst.1 = worst.1.max(d);
@@ -348,16 +355,7 @@ where
     };
     let (out, lse) = run_through_prefill::<_, H, TOPK>(&gpu(), &s);
     let (want_out, want_lse) = run_through_prefill::<_, H, TOPK>(&Cpu, &s);
-    let mut worst = (0.0f32, 0.0f32);
-    for (i, (g, w)) in lse.iter().zip(&want_lse).enumerate() {
-        if *w == f32::INFINITY {
-            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
-            continue;
-        }
-        let d = (g - w).abs();
-        worst.0 = worst.0.max(d);
-        assert!(d <= 2e-3 + 2e-3 * w.abs(), "{what}: lse {i}: {g} vs {w}");
-    }
+    let mut worst = (check_lse(&what, &lse, &want_lse, 2e-3, 2e-3), 0.0f32);
     for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
         let d = (g - w).abs();
         worst.1 = worst.1.max(d);
