@@ -92,44 +92,26 @@ impl<'g, T> Recorded<'g, T> {
 }
 
 /// What an op's `record` reads a buffer through: a plain `&'g` borrow, or a buffer an earlier
-/// `record` wrote ([`Recorded`]). Sealed: the crate alone turns it into the borrow.
-pub trait GraphRead<'g, T>: read_seal::IntoRef<'g, T> {}
+/// `record` wrote ([`Recorded`]), both converted with `into()` where a `record` takes it. Its
+/// borrow is private: the crate's `record`s alone use it, so a `Recorded` never turns back
+/// into a plain borrow outside the graph.
+pub struct GraphRead<'g, T>(&'g T);
 
-/// The seal of [`GraphRead`]: the conversion lives in a trait other crates cannot name, and
-/// it takes a [`Key`](read_seal::Key) they cannot make. (A private supertrait's method can still
-/// be called through a generic bound on the public trait; the key is what keeps a `Recorded`
-/// from being turned back into a plain borrow outside the crate.)
-mod read_seal {
-    /// Made by the crate alone (private field, unnameable type).
-    pub struct Key(());
-
-    impl Key {
-        pub(super) fn new() -> Self {
-            Key(())
-        }
-    }
-
-    pub trait IntoRef<'g, T> {
-        fn into_ref(self, key: Key) -> &'g T;
-    }
-    impl<'g, T> IntoRef<'g, T> for &'g T {
-        fn into_ref(self, _: Key) -> &'g T {
-            self
-        }
-    }
-    impl<'g, T> IntoRef<'g, T> for super::Recorded<'g, T> {
-        fn into_ref(self, _: Key) -> &'g T {
-            self.0
-        }
+impl<'g, T> From<&'g T> for GraphRead<'g, T> {
+    fn from(buffer: &'g T) -> Self {
+        Self(buffer)
     }
 }
 
-impl<'g, T> GraphRead<'g, T> for &'g T {}
-impl<'g, T> GraphRead<'g, T> for Recorded<'g, T> {}
+impl<'g, T> From<Recorded<'g, T>> for GraphRead<'g, T> {
+    fn from(buffer: Recorded<'g, T>) -> Self {
+        Self(buffer.0)
+    }
+}
 
 /// The borrow a [`GraphRead`] stands for (the crate's `record` methods).
-pub(crate) fn read_ref<'g, T>(buffer: impl GraphRead<'g, T>) -> &'g T {
-    read_seal::IntoRef::into_ref(buffer, read_seal::Key::new())
+pub(crate) fn read_ref<'g, T>(buffer: impl Into<GraphRead<'g, T>>) -> &'g T {
+    buffer.into().0
 }
 
 /// A raw stream of the recorder's own, destroyed with it.

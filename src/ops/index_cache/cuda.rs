@@ -172,7 +172,7 @@ impl<const PAGE: usize> IndexKeyGather<PAGE> {
     pub fn record<'g, B, SC, SI, SK>(
         &self,
         graph: &mut GraphRecorder<'g>,
-        cache: impl GraphRead<'g, IndexKeyCache<B, PAGE, SC>>,
+        cache: impl Into<GraphRead<'g, IndexKeyCache<B, PAGE, SC>>>,
         index: &'g Tensor<B, i32, Scalar, SI>,
         k: &'g mut Tensor<B, F8E4M3, Cols<INDEX_KEY_DIM>, SK>,
         k_scale: &'g mut Tensor<B, f32, Scalar, SK>,

@@ -481,7 +481,7 @@ impl<const H_IDX: usize, const TOPK: usize> LightningIndexer<H_IDX, TOPK> {
         &self,
         graph: &mut GraphRecorder<'g>,
         queries: &'g PagedIndexerQueries<B, H_IDX, SQ>,
-        cache: impl GraphRead<'g, IndexKeyCache<B, PAGE, SK>>,
+        cache: impl Into<GraphRead<'g, IndexKeyCache<B, PAGE, SK>>>,
         workspace: &'g mut PagedIndexerWorkspace<B, TOPK>,
         indices: &'g mut Tensor<B, i32, Cols<TOPK>, SO>,
     ) -> Result<()>

@@ -202,7 +202,7 @@ impl<const PAGE: usize, const GROUP: usize> MlaCacheGather<PAGE, GROUP> {
     >(
         &self,
         graph: &mut GraphRecorder<'g>,
-        cache: impl GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>,
+        cache: impl Into<GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>>,
         index: &'g Tensor<B, i32, Scalar, SI>,
         workspace: &'g mut MlaLatentKv<B, MLA_CACHE_DIM, SW>,
         skipped: Option<&'g mut ErrorCounter<B>>,

@@ -251,7 +251,7 @@ impl<const H_Q: usize, const TOPK: usize> SparseMlaDecode<H_Q, TOPK> {
         &self,
         graph: &mut GraphRecorder<'g>,
         queries: &'g DecodeQueries<B, H_Q, TOPK, SQ>,
-        cache: impl GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>,
+        cache: impl Into<GraphRead<'g, MlaFp8KvCache<B, PAGE, GROUP, SC>>>,
         workspace: &'g mut DecodeWorkspace<B, H_Q, TOPK>,
         out: &'g mut Tensor<B, crate::dtype::bf16, OutRow<H_Q>, SO>,
         lse: &'g mut Tensor<B, f32, Cols<H_Q>, SO>,

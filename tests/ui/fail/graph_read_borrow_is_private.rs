@@ -1,6 +1,7 @@
-// `GraphRead` is sealed: its conversion to a plain borrow takes a key only the crate can make,
-// so a generic function bound on the public trait cannot turn a `Recorded` cache back into a
-// `&` borrow to read it outside the graph while replays may be queued.
+// A cache a graph's store writes comes back as a `Recorded`, which converts into the
+// `GraphRead` a later `record` takes, and into nothing else: its borrow is private, so it
+// cannot be turned back into a `&` to read the cache outside the graph while replays may be
+// queued.
 use shapeproof::backend::Cuda;
 use shapeproof::backend::cuda::GraphRead;
 use shapeproof::dtype::bf16;
@@ -8,8 +9,8 @@ use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
 use shapeproof::tensor::Tensor;
 
-fn peek<'g, T, R: GraphRead<'g, T>>(read: R) -> &'g T {
-    read.into_ref()
+fn peek<'g, T>(read: GraphRead<'g, T>) -> &'g T {
+    read.0
 }
 
 fn step(gpu: &Cuda) -> shapeproof::Result<()> {
@@ -20,7 +21,7 @@ fn step(gpu: &Cuda) -> shapeproof::Result<()> {
     )?;
     let mut recorder = gpu.record_graph()?;
     let stored = MlaCacheStore::<64, 128>::new().record(&mut recorder, &rows, &mut cache, None)?;
-    let cache = peek(stored);
+    let cache = peek(stored.into());
     let graph = recorder.finish()?;
     graph.replay()?;
     let _bytes = cache.bytes().to_host(gpu)?;
