@@ -124,27 +124,95 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // for this grid's end before it reads anything.
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
-    // Q of the group's heads (zero rows past H_Q), a warp a head at a time: the latent part as
-    // f16 times the head's power-of-two scale 2^-k (its largest value into [2^13, 2^14); 2^k
-    // kept at kQScale), the RoPE part as it is (bf16).
-    // The latent loads of the warp's four heads are issued before any is used (one memory
-    // round trip instead of four on a lone CTA's critical path).
+    // Every global load of the prologue is issued before any is used (one memory round trip on
+    // a lone CTA's critical path instead of four: Q, the row's length, its first slots, then the
+    // rows): Q of the warp's four heads (latent and RoPE), the row's length, and the raw slots of
+    // the split's first two blocks (inside the row's TOPK whatever the length; masked below).
     constexpr int kWarps = kThreads / 32;
+    constexpr int kRopeWords = (kDim - kDv) / 8;  // 16-byte words of a head's RoPE part
     uint4 xs[kHeads / kWarps][2];
+    uint4 rope[kHeads / kWarps];
 #pragma unroll
     for (int i = 0; i < kHeads / kWarps; ++i) {
         const int h = warp + i * kWarps;
         const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
-        xs[i][0] = xs[i][1] = make_uint4(0, 0, 0, 0);
+        xs[i][0] = xs[i][1] = rope[i] = make_uint4(0, 0, 0, 0);
         if (h < kRealHeads) {
             xs[i][0] = reinterpret_cast<const uint4*>(qh)[lane];
             xs[i][1] = reinterpret_cast<const uint4*>(qh)[lane + 32];
+            if (lane < kRopeWords) {
+                rope[i] = reinterpret_cast<const uint4*>(qh + kDv)[lane];
+            }
         }
     }
+    const int first_block = split * p.blocks_per_split;  // < TOPK / kBlock (no split is empty)
+    const int raw_length = p.lengths != nullptr ? p.lengths[row] : TOPK;
+    auto raw_slot = [&](int b) -> i32 {
+        return tid < kBlock && b < TOPK / kBlock ? p.indices[(i64)row * TOPK + b * kBlock + tid] : -1;
+    };
+    const i32 raw_first = raw_slot(first_block);
+    i32 next_slot = raw_slot(first_block + 1);
+
+    const int length = raw_length < 0 ? 0 : (raw_length > TOPK ? TOPK : raw_length);
+    int last_block = first_block + p.blocks_per_split;
+    const int length_blocks = (length + kBlock - 1) / kBlock;
+    last_block = last_block < length_blocks ? last_block : length_blocks;
+
+    // Running softmax state of this thread's two heads (rows lane/4 and lane/4 + 8), the same
+    // in every warp, and the accumulators of its warp's 128 dims (16 n-tiles of 8).
+    float m_run[2] = {-pos_inf(), -pos_inf()};
+    float l_run[2] = {0.0f, 0.0f};
+    float m_scale = 0.0f;  // m_g of the P . V below (scale group `warp`)
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    }
+    const int quad = lane % 4, r0 = lane / 4;
+
+    // Slot `raw` of position 64 b + tid of this row as the copies take it: -1 past the split,
+    // past the row's length, or outside the cache.
+    auto masked = [&](int b, i32 raw) -> i32 {
+        const int pos = b * kBlock + tid;
+        if (tid >= kBlock || b >= last_block || pos >= length) {
+            return -1;
+        }
+        return (raw >= 0 && raw < p.slots) ? raw : -1;
+    };
+    // The slot of position `pos` of this row (thread `tid` < 64 reads position 64 b + tid), or -1.
+    auto slot_at = [&](int b) -> i32 {
+        const int pos = b * kBlock + tid;
+        const bool read = tid < kBlock && b < last_block && pos < length;
+        return read ? masked(b, p.indices[(i64)row * TOPK + pos]) : -1;
+    };
+    // Block b's cache rows into buffer b & 1 (one commit group; empty past the last block).
+    auto copy_rows = [&](int b) {
+        if (b < last_block) {
+            const i32* slots = sSlotBuf + (b & 1) * kBlock;
+            u8* dst = sKvBuf + (b & 1) * kSmemKv;
+            for (int c = tid; c < kBlock * (kRowBytes / 16); c += kThreads) {
+                const int t = c / (kRowBytes / 16), v = c % (kRowBytes / 16);
+                const i32 slot = slots[t];
+                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes) + v * 16;
+                cp_async_16(smem_addr(dst + t * kRowBytes + v * 16), src, slot < 0 ? 0u : 16u);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (tid < kBlock) {
+        sSlotBuf[(first_block & 1) * kBlock + tid] = masked(first_block, raw_first);
+    }
+    next_slot = masked(first_block + 1, next_slot);
+    __syncthreads();
+    copy_rows(first_block);
+
+    // Q into shared memory while the first rows are in flight (the loop's first barrier orders
+    // it before S): the latent part as f16 times the head's power-of-two scale 2^-k (its largest
+    // value into [2^13, 2^14); 2^k kept at kQScale), the RoPE part as it is (bf16); zero rows
+    // past H_Q.
 #pragma unroll
     for (int hi = 0; hi < kHeads / kWarps; ++hi) {
         const int h = warp + hi * kWarps;
-        const bf16_t* qh = p.q + ((i64)row * H_Q + head0 + h) * kDim;
         const uint4 x[2] = {xs[hi][0], xs[hi][1]};
         float v[16];
 #pragma unroll
@@ -179,68 +247,13 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             y.w = pack_f16x2(v[8 * i + 6] * down, v[8 * i + 7] * down);
             *reinterpret_cast<uint4*>(dst + (lane + 32 * i) * 16) = y;
         }
-        if (lane < (kDim - kDv) / 8) {
-            uint4 r = make_uint4(0, 0, 0, 0);
-            if (h < kRealHeads) {
-                r = reinterpret_cast<const uint4*>(qh + kDv)[lane];
-            }
-            *reinterpret_cast<uint4*>(dst + kDv * 2 + lane * 16) = r;
+        if (lane < kRopeWords) {
+            *reinterpret_cast<uint4*>(dst + kDv * 2 + lane * 16) = rope[hi];
         }
         if (lane == 0) {
             *reinterpret_cast<float*>(dst + kQScale) = ldexpf(1.0f, k);
         }
     }
-    int length = TOPK;
-    if (p.lengths != nullptr) {
-        const int l = p.lengths[row];
-        length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
-    }
-    const int first_block = split * p.blocks_per_split;
-    int last_block = first_block + p.blocks_per_split;
-    const int length_blocks = (length + kBlock - 1) / kBlock;
-    last_block = last_block < length_blocks ? last_block : length_blocks;
-
-    // Running softmax state of this thread's two heads (rows lane/4 and lane/4 + 8), the same
-    // in every warp, and the accumulators of its warp's 128 dims (16 n-tiles of 8).
-    float m_run[2] = {-pos_inf(), -pos_inf()};
-    float l_run[2] = {0.0f, 0.0f};
-    float m_scale = 0.0f;  // m_g of the P . V below (scale group `warp`)
-    float o[16][4];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    }
-    const int quad = lane % 4, r0 = lane / 4;
-
-    // The slot of position `pos` of this row (thread `tid` < 64 reads position 64 b + tid), or -1.
-    auto slot_at = [&](int b) -> i32 {
-        const int pos = b * kBlock + tid;
-        if (tid >= kBlock || b >= last_block || pos >= length) {
-            return -1;
-        }
-        const i32 slot = p.indices[(i64)row * TOPK + pos];
-        return (slot >= 0 && slot < p.slots) ? slot : -1;
-    };
-    // Block b's cache rows into buffer b & 1 (one commit group; empty past the last block).
-    auto copy_rows = [&](int b) {
-        if (b < last_block) {
-            const i32* slots = sSlotBuf + (b & 1) * kBlock;
-            u8* dst = sKvBuf + (b & 1) * kSmemKv;
-            for (int c = tid; c < kBlock * (kRowBytes / 16); c += kThreads) {
-                const int t = c / (kRowBytes / 16), v = c % (kRowBytes / 16);
-                const i32 slot = slots[t];
-                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes) + v * 16;
-                cp_async_16(smem_addr(dst + t * kRowBytes + v * 16), src, slot < 0 ? 0u : 16u);
-            }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-    if (tid < kBlock) {
-        sSlotBuf[(first_block & 1) * kBlock + tid] = slot_at(first_block);
-    }
-    __syncthreads();
-    copy_rows(first_block);
-    i32 next_slot = slot_at(first_block + 1);
 
     for (int b = first_block; b < last_block; ++b) {
         // Block b + 1: its slots (read during block b - 1) to shared memory, its copies issued;
