@@ -656,20 +656,25 @@ def mla_decode(run, torch, results_dir):
     if not recs:
         return out + none_of_kind(run)
     graphs = any(not missing(f.get("graph_us")) for _, _, f in recs)
+    gathers = any(not missing(f.get("row_gather_us")) for _, _, f in recs)
     rows = []
     for m, name, f in recs:
         t = torch.get(name) if torch is not None else None
         t = t or {}
+        step = f.get("graph_us") if graphs else f.get("us")
         rows.append(["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1)]
                     + ([num(f.get("graph_us"), 1)] if graphs else [])
                     + [num(f.get("tflops"), 0),
-                     DASH if limit is None else pct(f.get("tflops") / limit),
-                     num(t.get("eager_us"), 1), num(t.get("compiled_us"), 1),
+                     DASH if limit is None else pct(f.get("tflops") / limit)]
+                    + ([num(f.get("row_gather_us"), 1),
+                        times(ratio(step, f.get("row_gather_us")), 2)] if gathers else [])
+                    + [num(t.get("eager_us"), 1), num(t.get("compiled_us"), 1),
                      times(ratio(t.get("eager_us"), t.get("shapeproof_us")), 1),
                      times(ratio(t.get("compiled_us"), t.get("shapeproof_us")), 2)])
     header = (["(B, s_q, h_q, TOPK)", "µs"] + (["µs a step in a graph"] if graphs else [])
-              + ["TFLOP/s", "of FP8 matmul", "eager µs", "compile µs", "eager / shapeproof",
-                 "compile / shapeproof"])
+              + ["TFLOP/s", "of FP8 matmul"]
+              + (["rows read alone µs", "step over rows read"] if gathers else [])
+              + ["eager µs", "compile µs", "eager / shapeproof", "compile / shapeproof"])
     out += table(header, rows) + [""]
     return out + decode_through_prefill(run, limit) + prefill_from_cache(run, limit)
 

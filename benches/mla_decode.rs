@@ -5,7 +5,9 @@
 //! run beside them. Each step's indices are random slots of a cache of 8192 pages (524288
 //! tokens), so the rows come from HBM. Each shape is timed launched step by step (`us`, each
 //! step with its launch gaps) and as 20 steps of one CUDA graph (`graph_us`, GPU time alone,
-//! which is what a small batch's latency target is about).
+//! which is what a small batch's latency target is about). Beside each, the row-gather limit
+//! of the same run (`row_gather_us`, `benches/kernels/row_gather.cu`): the cache rows of the
+//! step's slots read once, no math and no writes, and the graph step's time over it.
 //!
 //! Beside the decode kernel, the two routes through the FP8 sparse MLA prefill that an engine
 //! can build from this library's ops today, timed in the same run:
@@ -24,8 +26,10 @@
 mod common;
 
 use common::{Record, copy_bandwidth_gbs, fp8_matmul_limit, gpu, graph_call_us, time_us};
+use cudarc::driver::sys;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shapeproof::backend::cuda::{DeviceArgs, LaunchShape};
 use shapeproof::backend::{Backend, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32};
@@ -36,7 +40,59 @@ use shapeproof::ops::sparse_mla_decode::{
     DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, SparseMlaDecode,
 };
 use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo};
-use shapeproof::tensor::{Cols, Tensor};
+use shapeproof::tensor::{Cols, Scalar, Tensor};
+
+/// The row-gather limit of a step (`benches/kernels/row_gather.cu`): the cache rows its slots
+/// name, read once with `ROWS` rows a warp in flight, no math and no writes.
+struct RowGather<const ROWS: usize>;
+
+shapeproof::cuda_kernel! {
+    impl CudaKernel for RowGather<const ROWS: usize> {
+        source: include_str!("kernels/row_gather.cu"),
+        instantiation: "row_gather_kernel<{ROWS}>",
+        params: struct RowGatherParams { cache: u64, slot: u64, sink: u64, positions: i64, slots: i32 },
+    }
+}
+
+/// GPU time of reading the cache rows of `slots` (`[positions]` cache slots) once: a step of
+/// `GRAPH_STEPS` steps of one captured graph, as the decode's `graph_us` (no launch gaps).
+fn row_gather_us(g: &Cuda, cache: &DeepSeekV32KvCache<Cuda>, slots: &[i32]) -> f64 {
+    let slot: Tensor<Cuda, i32, Scalar> = Tensor::from_host(g, "slot", slots, slots.len()).unwrap();
+    let mut sink: Tensor<Cuda, u32, Scalar> = Tensor::zeros(g, 1).unwrap();
+    let (bytes, slot_view) = (cache.bytes().as_slice(), slot.as_slice());
+    let mut sink_view = sink.as_slice_mut();
+    let mut args = DeviceArgs::new(g).unwrap();
+    let params = RowGatherParams {
+        cache: args.read("cache", &bytes).unwrap(),
+        slot: args.read("slot", &slot_view).unwrap(),
+        sink: args.write("sink", &mut sink_view).unwrap(),
+        positions: slots.len() as i64,
+        slots: (cache.pages() * 64) as i32,
+    };
+    let shape = LaunchShape {
+        grid: (g.sm_count() * 8, 1, 1),
+        block: (256, 1, 1),
+        smem_bytes: 0,
+    };
+    let function = g.function::<RowGather<4>>().unwrap();
+    g.synchronize().unwrap();
+    g.stream()
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    for _ in 0..GRAPH_STEPS {
+        // SAFETY: the kernel reads the rows of slots in [0, slots) of the cache (its pages × 64
+        // rows of 656 bytes), `positions` slots and one sink word, every access guarded by
+        // those extents (grid-stride); the admitted buffers outlive the graph.
+        unsafe { common::raw_launch(g, function, shape, &params) };
+    }
+    let graph = g
+        .stream()
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a captured graph");
+    graph.upload().unwrap();
+    time_us(g, 3, 21, |_| graph.launch().unwrap()) / GRAPH_STEPS as f64
+}
 
 const PAGES: usize = 8192;
 const TOPK: usize = 2048;
@@ -101,9 +157,12 @@ where
     drop(graph);
     let tflops = SparseMlaDecode::<H, TOPK>::flops(rows) / (us * 1e-6) / 1e12;
     let of = limit.map_or(f64::NAN, |l| tflops / l);
+    // The same slots' rows read alone (the row-gather limit), in the same run.
+    let gather_us = row_gather_us(g, cache, &indices);
     println!(
-        "| ({batch}, {s_q}, {H}, {TOPK}) | {us:.1} | {graph_us:.1} | {tflops:.0} | {:.0}% |",
-        of * 100.0
+        "| ({batch}, {s_q}, {H}, {TOPK}) | {us:.1} | {graph_us:.1} | {tflops:.0} | {:.0}% | {gather_us:.1} | {:.2}× |",
+        of * 100.0,
+        graph_us / gather_us
     );
     records.push(Record {
         name: format!("decode_b{batch}_sq{s_q}_h{H}_topk{TOPK}"),
@@ -112,6 +171,7 @@ where
             ("graph_us", graph_us),
             ("tflops", tflops),
             ("of_fp8_matmul", of),
+            ("row_gather_us", gather_us),
         ],
     });
     Step {
@@ -322,8 +382,10 @@ fn main() {
         }
     }
     let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), PAGES).unwrap();
-    println!("\n| (B, s_q, h_q, TOPK) | µs | µs a step in a graph | TFLOP/s | of FP8 matmul |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "\n| (B, s_q, h_q, TOPK) | µs | µs a step in a graph | TFLOP/s | of FP8 matmul | rows read alone µs | graph over rows read |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let step128 = bench::<128>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
     let step64 = bench::<64>(&g, &mut rng, &cache, 128, 2, limit, &mut records);
     bench::<16>(&g, &mut rng, &cache, 128, 2, limit, &mut records);

@@ -491,9 +491,10 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 
 // Merges the splits of each (row, head): lse = log-sum-exp of the splits' lse, out = their
 // outputs weighted by exp(lse_i - lse); no valid slot in any split gives out 0, lse +inf.
-// One CTA of 128 threads a (row, head), 4 dims a thread. A row has at most 32 splits (TOPK / 64
-// blocks of at most 2048 positions): the first warp reads every split's lse at once and leaves
-// the weights in shared memory, and the output loads of all splits are independent.
+// One CTA of 128 threads a (row, head), 4 dims a thread. A row has at most 32 splits (the host
+// never splits further: a top-k wider than 2048 takes several blocks a split): the first warp
+// reads every split's lse at once and leaves the weights in shared memory, and the output
+// loads of all splits are independent.
 template <int H_Q>
 __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const DecodeParams p) {
     constexpr int kMaxSplits = 32;

@@ -5,16 +5,20 @@
 #   run.sh sanitize   GPU tests under compute-sanitizer memcheck, racecheck and synccheck (the
 #                     candidates' too)
 #   run.sh check SECONDS BINARY TEST...
-#                     the tests (as `tests`), then racecheck and memcheck of the named tests of
-#                     BINARY (e.g. gpu_indexer) in every build, until SECONDS have passed
+#                     every build's tests, then racecheck, memcheck and synccheck of the named
+#                     tests of BINARY (e.g. gpu_indexer) in every build, all stopped when
+#                     SECONDS have passed; one line a run (logs in $CHECK_LOGS)
 #   TEST_JOBS=N       (tests, check) up to N test binaries at once
+#   SAN_JOBS=N        (check) up to N sanitizer runs at once (default 4)
 #   run.sh bench      benchmarks (tables on stdout, JSON in $BENCH_JSON_DIR or ./), then the
 #                     prologue, top-k, decode and indexer in PyTorch beside the benchmarks'
 #                     figures (needs torch; each script runs when its benchmark did)
 #   run.sh compare    each benchmark of base/ (a bundle's --baseline build) and of bin/,
 #                     alternately base, new, base, on one machine: the new JSON in
 #                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder; a
-#                     bundle's candidates run after new, their JSON in cand-<commit>/
+#                     bundle's candidates run after new, their JSON in cand-<commit>/ (with
+#                     the FP8 matmul rate, as every round)
+#   BENCH_PACK=FILE   (bench, compare) every file of $BENCH_JSON_DIR packed into FILE at the end
 #   run.sh examples   the example model ports
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
@@ -51,6 +55,10 @@ for packed in "$here"/bin/*.xz "$here"/base/*.xz "$here"/cand/*/*.xz; do
     fi
     chmod +x "${packed%.xz}"
 done
+# A candidate's benchmarks look for the FP8 matmul script beside their folder (cand/).
+if [ -e "$here/fp8_matmul_rate.py" ] && [ -d "$here/cand" ]; then
+    cp "$here/fp8_matmul_rate.py" "$here/cand/"
+fi
 mode=${1:-tests}
 shift || true
 status=0
@@ -100,30 +108,69 @@ sanitize() {
     done
 }
 
-# Within a time budget (a device call has a limit): every build's GPU tests, then racecheck and
-# memcheck of the named tests on every build, new first, until `seconds` have passed; what did
-# not fit is listed as skipped, never as passed.
+# Within a time budget (a machine lent for a limited time): every build's GPU tests, TEST_JOBS
+# binaries at once, then racecheck, memcheck and synccheck of the named tests of BINARY (e.g.
+# gpu_indexer) in every build, new first, SAN_JOBS runs at once (default 4). Every run is
+# stopped when the budget is spent and reported as such; what did not start is listed as
+# skipped, never as passed. One line a run on stdout, and the last lines of every failing log;
+# the logs themselves stay in $CHECK_LOGS (default: a fresh folder), so a caller that keeps
+# them (e.g. packs them into one file) keeps everything.
 check() {
     local budget=${1:?usage: run.sh check SECONDS BINARY TEST [TEST ...]} binary=${2:?a test binary name, e.g. gpu_indexer}
     shift 2
-    local start=$SECONDS san="$cuda/bin/compute-sanitizer" t tool name out
-    run_tests
+    local start=$SECONDS san="$cuda/bin/compute-sanitizer" logs=${CHECK_LOGS:-$(mktemp -d)}
+    local t name tool log i=0 runs=() jobs=${TEST_JOBS:-1}
+    mkdir -p "$logs"
+    left() { echo $((budget - (SECONDS - start))); }
+    # A run in the background, at most $2 at once: $1 names its log, the rest is the command.
+    queue() {
+        local tag=$1 most=$2 running
+        shift 2
+        while running=$(jobs -rp | wc -l) && [ "$running" -ge "$most" ]; do
+            wait -n || true
+        done
+        if [ "$(left)" -le 5 ]; then
+            echo skipped >"$logs/$tag.rc"
+            return
+        fi
+        (timeout "$(left)" "$@" >"$logs/$tag.log" 2>&1; echo $? >"$logs/$tag.rc") &
+    }
+    # The line of a finished run, and its log's end when it failed.
+    report() {
+        local tag=$1 rc
+        rc=$(cat "$logs/$tag.rc" 2>/dev/null || echo missing)
+        case "$rc" in
+            0) echo "== $tag: ok, $(grep -hE 'test result|ERROR SUMMARY|RACECHECK SUMMARY' "$logs/$tag.log" | tr '\n' ' ')" ;;
+            skipped) echo "== $tag: skipped (time)" ;;
+            124 | 137) status=1; echo "== $tag: stopped at the budget's end (rc $rc); its last lines:"; tail -n 15 "$logs/$tag.log" ;;
+            *) status=1; echo "== $tag: FAILED (rc $rc); its last lines:"; tail -n 30 "$logs/$tag.log" ;;
+        esac
+    }
+    for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+        [ -x "$t" ] || continue
+        name=${t#"$here"/}
+        runs+=("test ${name//\//-}")
+        queue "test ${name//\//-}" "$jobs" "$t" --test-threads=1
+    done
+    wait
     echo "== tests done at $((SECONDS - start)) s"
     for t in "$here/bin/$binary" "$here"/cand/*/"$binary"; do
         [ -x "$t" ] || continue
         for name in "$@"; do
-            for tool in racecheck memcheck; do
-                if [ $((SECONDS - start)) -ge "$budget" ]; then
-                    echo "== skipped (time): $tool ${t#"$here"/} $name"
-                    continue
-                fi
-                out=$("$san" --tool "$tool" --error-exitcode 99 --print-limit 5 "$t" --test-threads=1 --exact "$name" 2>&1)
-                local rc=$?
-                [ $rc -eq 0 ] || status=1
-                echo "== $tool ${t#"$here"/} $name: rc $rc, $(grep -E 'SUMMARY|test result' <<<"$out" | tr '\n' ' ')"
+            for tool in racecheck memcheck synccheck; do
+                log="$tool ${t#"$here"/} $name"
+                log=${log//\//-}
+                runs+=("$log")
+                queue "$log" "${SAN_JOBS:-4}" "$san" --tool "$tool" --error-exitcode 99 --print-limit 5 \
+                    "$t" --test-threads=1 --exact "$name"
             done
         done
     done
+    wait
+    for log in "${runs[@]}"; do
+        report "$log"
+    done
+    echo "== check done at $((SECONDS - start)) s; logs in $logs"
 }
 
 bench() {
@@ -186,12 +233,19 @@ examples() {
     done
 }
 
+# BENCH_PACK=FILE: after bench or compare, every file under $BENCH_JSON_DIR packed into FILE
+# (one .tgz to carry back, however many JSON files the runs wrote).
+pack() {
+    [ -n "${BENCH_PACK:-}" ] || return 0
+    tar czf "$BENCH_PACK" -C "$BENCH_JSON_DIR" . && echo "== packed $BENCH_JSON_DIR into $BENCH_PACK"
+}
+
 case "$mode" in
     tests) run_tests "$@" ;;
     sanitize) sanitize "$@" ;;
     check) check "$@" ;;
-    bench) bench ;;
-    compare) compare ;;
+    bench) bench; pack ;;
+    compare) compare; pack ;;
     examples) examples ;;
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;

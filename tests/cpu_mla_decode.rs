@@ -16,11 +16,11 @@ use shapeproof::backend::Cpu;
 use shapeproof::dtype::{F8E4M3, bf16, e4m3_from_f32, e4m3_to_f32};
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM, MlaLatentKv, mla_fp8_decode_row};
 use shapeproof::ops::mla_cache::{MlaCacheGather, MlaCacheStore, MlaKvRows};
-use shapeproof::ops::sparse_mla::{SparseMlaInputs, SparseMlaPrefill};
+use shapeproof::ops::sparse_mla::{OutRow, SparseMlaInputs, SparseMlaPrefill};
 use shapeproof::ops::sparse_mla_decode::{
     DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, SparseMlaDecode,
 };
-use shapeproof::tensor::Tensor;
+use shapeproof::tensor::{Cols, Tensor};
 
 const H: usize = 16;
 const TOPK: usize = 128;
@@ -62,6 +62,31 @@ fn store(rows: &[bf16], loc: Vec<i64>, pages: usize) -> DeepSeekV32KvCache<Cpu> 
     cache
 }
 
+/// The queries of a step: `q` `[rows, H, 576]`, `indices` `[rows, TOPK]`, optional lengths.
+fn queries(q: &[bf16], indices: &[i32], lengths: Option<&[i32]>) -> DecodeQueries<Cpu, H, TOPK> {
+    let rows = indices.len() / TOPK;
+    let queries = DecodeQueries::new(
+        Tensor::from_host(&Cpu, "q", q, rows).unwrap(),
+        Tensor::from_host(&Cpu, "indices", indices, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap();
+    match lengths {
+        Some(l) => queries
+            .with_lengths(Tensor::from_host(&Cpu, "lengths", l, rows).unwrap())
+            .unwrap(),
+        None => queries,
+    }
+}
+
+/// Output tensors of `rows` rows, poisoned (NaN) before a run.
+fn poisoned(rows: usize) -> (Tensor<Cpu, bf16, OutRow<H>>, Tensor<Cpu, f32, Cols<H>>) {
+    (
+        Tensor::filled(&Cpu, rows, bf16::NAN).unwrap(),
+        Tensor::filled(&Cpu, rows, f32::NAN).unwrap(),
+    )
+}
+
 /// Runs the decode; returns `out` (as f32) and `lse`.
 fn decode(
     cache: &DeepSeekV32KvCache<Cpu>,
@@ -70,19 +95,8 @@ fn decode(
     lengths: Option<&[i32]>,
 ) -> (Vec<f32>, Vec<f32>) {
     let rows = indices.len() / TOPK;
-    let mut queries = DecodeQueries::new(
-        Tensor::from_host(&Cpu, "q", q, rows).unwrap(),
-        Tensor::from_host(&Cpu, "indices", indices, rows).unwrap(),
-        SM_SCALE,
-    )
-    .unwrap();
-    if let Some(l) = lengths {
-        queries = queries
-            .with_lengths(Tensor::from_host(&Cpu, "lengths", l, rows).unwrap())
-            .unwrap();
-    }
-    let mut out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    let queries = queries(q, indices, lengths);
+    let (mut out, mut lse) = poisoned(rows);
     let mut ws = DecodeWorkspace::new(&Cpu, rows).unwrap();
     SparseMlaDecode::<H, TOPK>::new()
         .run(&Cpu, &queries, cache, &mut ws, &mut out, &mut lse)
@@ -289,12 +303,17 @@ fn the_top_k_split_covers_every_block_once() {
         (256, 128, 2048),
         (3, 8, 128),
         (300, 8, 2048),
+        (1, 16, 4096),
+        (1, 8, 8192),
+        (2, 128, 8192),
     ] {
         let blocks = topk / 64;
         let (splits, per_split) = decode_splits(rows, heads, topk);
         assert!(splits >= 1 && per_split >= 1, "{rows} {heads} {topk}");
         // Every block in exactly one split: the splits cover the blocks and none is empty.
         assert!(splits * per_split >= blocks && (splits - 1) * per_split < blocks);
+        // The combine merges at most 32 splits of a row.
+        assert!(splits <= 32, "{rows} {heads} {topk}: {splits} splits");
         let ctas = rows * heads.div_ceil(16);
         if ctas >= 264 {
             assert_eq!(splits, 1, "a batch that fills the GPU is not split");
@@ -312,19 +331,8 @@ fn decode_through_prefill(
     lengths: Option<&[i32]>,
 ) -> (Vec<f32>, Vec<f32>) {
     let rows = indices.len() / TOPK;
-    let mut queries = DecodeQueries::new(
-        Tensor::from_host(&Cpu, "q", q, rows).unwrap(),
-        Tensor::from_host(&Cpu, "indices", indices, rows).unwrap(),
-        SM_SCALE,
-    )
-    .unwrap();
-    if let Some(l) = lengths {
-        queries = queries
-            .with_lengths(Tensor::from_host(&Cpu, "lengths", l, rows).unwrap())
-            .unwrap();
-    }
-    let mut out = Tensor::filled(&Cpu, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&Cpu, rows, f32::NAN).unwrap();
+    let queries = queries(q, indices, lengths);
+    let (mut out, mut lse) = poisoned(rows);
     let mut ws = PrefillDecodeWorkspace::new(&Cpu, rows).unwrap();
     DecodeThroughPrefill::<H, TOPK>::new()
         .run(&Cpu, &queries, cache, &mut ws, &mut out, &mut lse)

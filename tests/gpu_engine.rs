@@ -212,6 +212,37 @@ fn a_per_thread_stream_backend_is_bound_to_its_thread() {
     );
 }
 
+/// The per-thread stream object a backend was made from stays bound to that thread: sent to
+/// another thread, a second backend of the same object is an `Err` (admission compares stream
+/// objects, so it would take the first thread's buffers as its own stream's, unordered with
+/// them).
+#[test]
+fn a_per_thread_stream_object_sent_to_another_thread_is_refused() {
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.per_thread_stream();
+    let g = Cuda::from_stream(stream.clone()).unwrap();
+    let x = Data::zeros(&g, ROWS).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let err = Cuda::from_stream(stream.clone()).err().unwrap().to_string();
+            assert!(
+                err.starts_with(
+                    "the stream the per-thread default stream object bound to ThreadId("
+                ),
+                "{err}"
+            );
+            // This thread's own object binds here.
+            assert!(Cuda::from_stream(ctx.per_thread_stream()).is_ok());
+        });
+    });
+    // On its own thread the same object makes another backend, which takes its buffers.
+    let again = Cuda::from_stream(stream.clone()).unwrap();
+    assert_eq!(
+        x.to_host(&again).unwrap().len(),
+        x.to_host(&g).unwrap().len()
+    );
+}
+
 /// Two cudarc context objects of one CUDA context (`Cuda::new` beside a device set up as
 /// candle does): cudarc orders a buffer by its own object's event tracking, so a buffer of
 /// the other object on another stream is refused in both directions, for launches and

@@ -19,12 +19,13 @@ use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
 use shapeproof::ops::mla_cache::{MlaCacheStore, MlaKvRows};
+use shapeproof::ops::sparse_mla::OutRow;
 use shapeproof::ops::sparse_mla_decode::{
     DecodeQueries, DecodeThroughPrefill, DecodeWorkspace, PrefillDecodeWorkspace, RunDecode,
     SparseMlaDecode,
 };
 use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo, TopkWidth};
-use shapeproof::tensor::Tensor;
+use shapeproof::tensor::{Cols, Tensor};
 
 fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
@@ -39,10 +40,15 @@ struct Step {
     lengths: Vec<i32>,     // [rows]
 }
 
-fn run<B: RunDecode + shapeproof::ops::mla_cache::RunMlaCache, const H: usize, const TOPK: usize>(
+/// Step `s` on `b`: its rows stored into a cache of its pages, and its queries.
+fn cache_and_queries<
+    B: shapeproof::ops::mla_cache::RunMlaCache,
+    const H: usize,
+    const TOPK: usize,
+>(
     b: &B,
     s: &Step,
-) -> (Vec<f32>, Vec<f32>)
+) -> (DeepSeekV32KvCache<B>, DecodeQueries<B, H, TOPK>)
 where
     Dim<H>: DecodeHeads,
     Dim<TOPK>: TopkWidth,
@@ -67,14 +73,45 @@ where
     .unwrap()
     .with_lengths(Tensor::from_host(b, "lengths", &s.lengths, rows).unwrap())
     .unwrap();
-    let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
-    let mut ws = DecodeWorkspace::new(b, rows).unwrap();
+    (cache, queries)
+}
+
+/// Output tensors of `rows` rows, poisoned (NaN) before a run.
+fn poisoned<B: RunDecode, const H: usize>(
+    b: &B,
+    rows: usize,
+) -> (Tensor<B, bf16, OutRow<H>>, Tensor<B, f32, Cols<H>>) {
+    (
+        Tensor::filled(b, rows, bf16::NAN).unwrap(),
+        Tensor::filled(b, rows, f32::NAN).unwrap(),
+    )
+}
+
+/// `out` (as f32) and `lse` on the host.
+fn on_host<B: RunDecode, const H: usize>(
+    b: &B,
+    out: &Tensor<B, bf16, OutRow<H>>,
+    lse: &Tensor<B, f32, Cols<H>>,
+) -> (Vec<f32>, Vec<f32>) {
+    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
+    (out, lse.to_host(b).unwrap())
+}
+
+fn run<B: RunDecode + shapeproof::ops::mla_cache::RunMlaCache, const H: usize, const TOPK: usize>(
+    b: &B,
+    s: &Step,
+) -> (Vec<f32>, Vec<f32>)
+where
+    Dim<H>: DecodeHeads,
+    Dim<TOPK>: TopkWidth,
+{
+    let (cache, queries) = cache_and_queries::<B, H, TOPK>(b, s);
+    let (mut out, mut lse) = poisoned::<B, H>(b, s.lengths.len());
+    let mut ws = DecodeWorkspace::new(b, s.lengths.len()).unwrap();
     SparseMlaDecode::<H, TOPK>::new()
         .run(b, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
-    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
-    (out, lse.to_host(b).unwrap())
+    on_host(b, &out, &lse)
 }
 
 fn case<const H: usize, const TOPK: usize>(rows: usize, pages: usize, peaked: bool)
@@ -143,6 +180,14 @@ fn one_row_split_and_combined() {
     case::<16, 2048>(1, 64, false);
     case::<8, 2048>(1, 64, true);
     case::<128, 2048>(1, 64, false);
+}
+
+/// A top-k wider than 2048 at one row: more 64-position blocks than the combine's 32 splits,
+/// so a split takes several blocks (every block must still reach the output).
+#[test]
+fn one_row_of_a_top_k_wider_than_2048() {
+    case::<16, 4096>(1, 80, false);
+    case::<8, 8192>(1, 160, true);
 }
 
 #[test]
@@ -239,34 +284,13 @@ where
     Dim<H>: DecodeHeads + HeadTile + PadsTo<H>,
     Dim<TOPK>: TopkWidth,
 {
-    let slots = s.pages * 64;
-    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, s.pages).unwrap();
-    let loc: Vec<i64> = (0..slots as i64).collect();
-    let rows_in = MlaKvRows::new(
-        Tensor::from_host(b, "kv", &s.cache_rows, slots).unwrap(),
-        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
-    )
-    .unwrap();
-    MlaCacheStore::<64, 128>::new()
-        .run(b, &rows_in, &mut cache, None)
-        .unwrap();
-    let rows = s.lengths.len();
-    let queries = DecodeQueries::new(
-        Tensor::from_host(b, "q", &s.q, rows).unwrap(),
-        Tensor::from_host(b, "indices", &s.indices, rows).unwrap(),
-        1.0 / (MLA_CACHE_DIM as f32).sqrt(),
-    )
-    .unwrap()
-    .with_lengths(Tensor::from_host(b, "lengths", &s.lengths, rows).unwrap())
-    .unwrap();
-    let mut out = Tensor::filled(b, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(b, rows, f32::NAN).unwrap();
-    let mut ws = PrefillDecodeWorkspace::new(b, rows).unwrap();
+    let (cache, queries) = cache_and_queries::<B, H, TOPK>(b, s);
+    let (mut out, mut lse) = poisoned::<B, H>(b, s.lengths.len());
+    let mut ws = PrefillDecodeWorkspace::new(b, s.lengths.len()).unwrap();
     DecodeThroughPrefill::<H, TOPK>::new()
         .run(b, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
-    let out = out.to_host(b).unwrap().iter().map(|v| v.to_f32()).collect();
-    (out, lse.to_host(b).unwrap())
+    on_host(b, &out, &lse)
 }
 
 /// The step through the prefill on the GPU against the same route on the CPU (the prefill's

@@ -72,7 +72,9 @@ impl IsCuda for Cuda {
 /// (what a cache store's `record` returns): only later `record`s can read it (they take it
 /// where they take a `&'g` borrow, [`GraphRead`]), so every read of it is ordered after the
 /// graph's writes on the stream the graph replays on. It gives no other access: a read from
-/// another stream could not be ordered after a replay.
+/// another stream could not be ordered after a replay. (It is `Copy`, so another graph recorded
+/// while this one lives could take it too; a recording admits only buffers of the stream it
+/// replays on, so such a graph replays on this one's stream, ordered after its writes.)
 pub struct Recorded<'g, T>(&'g T);
 
 impl<T> Clone for Recorded<'_, T> {
@@ -93,18 +95,30 @@ impl<'g, T> Recorded<'g, T> {
 /// `record` wrote ([`Recorded`]). Sealed: the crate alone turns it into the borrow.
 pub trait GraphRead<'g, T>: read_seal::IntoRef<'g, T> {}
 
-/// The seal of [`GraphRead`]: the conversion lives in a trait other crates cannot name.
+/// The seal of [`GraphRead`]: the conversion lives in a trait other crates cannot name, and
+/// it takes a [`Key`](read_seal::Key) they cannot make. (A private supertrait's method can still
+/// be called through a generic bound on the public trait; the key is what keeps a `Recorded`
+/// from being turned back into a plain borrow outside the crate.)
 mod read_seal {
+    /// Made by the crate alone (private field, unnameable type).
+    pub struct Key(());
+
+    impl Key {
+        pub(super) fn new() -> Self {
+            Key(())
+        }
+    }
+
     pub trait IntoRef<'g, T> {
-        fn into_ref(self) -> &'g T;
+        fn into_ref(self, key: Key) -> &'g T;
     }
     impl<'g, T> IntoRef<'g, T> for &'g T {
-        fn into_ref(self) -> &'g T {
+        fn into_ref(self, _: Key) -> &'g T {
             self
         }
     }
     impl<'g, T> IntoRef<'g, T> for super::Recorded<'g, T> {
-        fn into_ref(self) -> &'g T {
+        fn into_ref(self, _: Key) -> &'g T {
             self.0
         }
     }
@@ -115,7 +129,7 @@ impl<'g, T> GraphRead<'g, T> for Recorded<'g, T> {}
 
 /// The borrow a [`GraphRead`] stands for (the crate's `record` methods).
 pub(crate) fn read_ref<'g, T>(buffer: impl GraphRead<'g, T>) -> &'g T {
-    read_seal::IntoRef::into_ref(buffer)
+    read_seal::IntoRef::into_ref(buffer, read_seal::Key::new())
 }
 
 /// A raw stream of the recorder's own, destroyed with it.

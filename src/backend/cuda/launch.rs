@@ -150,6 +150,19 @@ impl Cuda {
         Ok(raw)
     }
 
+    /// [`Cuda::function`] for a launch whose queue [`Cuda::check_queue`] has just checked: a
+    /// first use compiles and loads the kernel (up to seconds), time in which another thread
+    /// could begin a capture of the stream, so the check runs again after it.
+    fn function_to_queue<K: CudaKernel>(&self) -> Result<sys::CUfunction> {
+        let id = TypeId::of::<K>();
+        if let Some(k) = self.loaded.lock().expect("kernel table lock").get(&id) {
+            return Ok(k.function.cu_function());
+        }
+        let function = self.function::<K>()?;
+        self.check_queue(super::Work::Launch)?;
+        Ok(function)
+    }
+
     /// How many clusters of kernel `K` (its compile-time cluster, blocks of `block` threads
     /// with [`CudaKernel::DYNAMIC_SMEM_BYTES`] of dynamic shared memory) the device holds at
     /// once (`cuOccupancyMaxActiveClusters`), asked once per backend and kernel: a cluster
@@ -255,9 +268,8 @@ impl Cuda {
     /// ended), which hides its launch and start behind that kernel's tail.
     ///
     /// # Safety
-    /// As [`Cuda::launch`], the backend's context is current on this thread, and the kernel
-    /// executes `griddepcontrol.wait` (which waits for the previous kernel's completion and
-    /// the visibility of its writes) before its first access to global memory.
+    /// As [`DeviceArgs::launch_dependent`], and the backend's context is current on this
+    /// thread.
     unsafe fn queue_dependent_launch<K: CudaKernel>(
         &self,
         function: sys::CUfunction,
@@ -584,7 +596,7 @@ impl<'a> DeviceArgs<'a> {
         shape: LaunchShape,
         params: &K::Params,
     ) -> Result<()> {
-        let function = self.cuda.function::<K>()?;
+        let function = self.cuda.function_to_queue::<K>()?;
         // SAFETY: forwarded to the caller; `new` made the context current on this thread (a
         // first use's compile and module load keep it so).
         unsafe { self.cuda.queue_launch::<K>(function, shape, params) }
@@ -595,16 +607,17 @@ impl<'a> DeviceArgs<'a> {
     /// start hide behind that kernel's tail (a split decode's combine behind its splits).
     ///
     /// # Safety
-    /// As [`DeviceArgs::launch`]; this list launched a kernel before (its only predecessor on
-    /// the stream), and kernel `K` executes `griddepcontrol.wait` before its first access to
-    /// global memory, so it reads nothing that kernel writes, and writes nothing it reads,
-    /// before that kernel has ended.
+    /// As [`DeviceArgs::launch`], and kernel `K` executes `griddepcontrol.wait` before its first
+    /// access to global memory. That wait holds it until the kernel queued before it on the
+    /// stream (whichever, from whatever thread) has ended and its writes are visible; every
+    /// kernel of the crate launched this way waits so, so each ends only after all work queued
+    /// before it, and the stream's order holds for every buffer.
     pub(crate) unsafe fn launch_dependent<K: CudaKernel>(
         &self,
         shape: LaunchShape,
         params: &K::Params,
     ) -> Result<()> {
-        let function = self.cuda.function::<K>()?;
+        let function = self.cuda.function_to_queue::<K>()?;
         // SAFETY: forwarded to the caller; `new` made the context current on this thread.
         unsafe {
             self.cuda

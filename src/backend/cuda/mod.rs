@@ -32,7 +32,7 @@ pub use tensor_map::TensorMap;
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::ThreadId;
 
 use cudarc::driver::{
@@ -68,6 +68,37 @@ type LoadedTable = Mutex<HashMap<TypeId, launch::LoadedKernel, launch::TypeIdHas
 /// CUDA's handle of the per-thread default stream (`CU_STREAM_PER_THREAD`): one handle that
 /// names a different stream on every host thread.
 const PER_THREAD_STREAM: usize = 0x2;
+
+/// The thread each per-thread default stream object is bound to, once a backend was made
+/// from it (dead objects pruned on every use). The object is what admission compares, and it
+/// can be sent to another thread: a second backend of the same object on another thread would
+/// take the first thread's buffers as its own stream's, unordered. So the first binding holds
+/// for the object's life.
+static PER_THREAD_BINDINGS: Mutex<Vec<(Weak<CudaStream>, ThreadId)>> = Mutex::new(Vec::new());
+
+/// Binds the per-thread stream object `stream` to the calling thread, or names the thread an
+/// earlier backend bound it to.
+fn bind_per_thread_stream(stream: &Arc<CudaStream>) -> Result<ThreadId> {
+    let here = std::thread::current().id();
+    let mut bindings = PER_THREAD_BINDINGS
+        .lock()
+        .expect("per-thread stream bindings");
+    bindings.retain(|(object, _)| object.strong_count() > 0);
+    match bindings
+        .iter()
+        .find(|(object, _)| std::ptr::eq(object.as_ptr(), Arc::as_ptr(stream)))
+    {
+        Some(&(_, thread)) if thread != here => Err(Error::Stream {
+            stream: format!("the per-thread default stream object bound to {thread:?}"),
+            reason: "a backend made from it on that thread orders its buffers on that thread's stream, which work from this thread would not be ordered with; make the backend here from this thread's own `CudaContext::per_thread_stream()`, or use a stream of its own",
+        }),
+        Some(_) => Ok(here),
+        None => {
+            bindings.push((Arc::downgrade(stream), here));
+            Ok(here)
+        }
+    }
+}
 
 /// One GPU: its context, the stream all work goes to, and the kernels loaded on it.
 pub struct Cuda {
@@ -126,7 +157,8 @@ impl Cuda {
     /// The per-thread default stream (`CudaContext::per_thread_stream`, what candle's
     /// `Device::new_cuda` uses) is a different stream on every host thread: a backend on it is
     /// bound to the thread that calls `from_stream`, and work from another thread is an `Err`
-    /// naming the stream. To capture the backend's launches in a CUDA graph, record them with
+    /// naming the stream. That stream object stays bound to that thread while it lives: a
+    /// `from_stream` of the same object on another thread is an `Err` too. To capture the backend's launches in a CUDA graph, record them with
     /// [`Cuda::record_graph`]; a capture begun with cudarc's own API makes every launch and
     /// copy an `Err` instead.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
@@ -150,8 +182,11 @@ impl Cuda {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )?
             .max(1) as u32;
-        let thread =
-            (stream.cu_stream() as usize == PER_THREAD_STREAM).then(|| std::thread::current().id());
+        let thread = if stream.cu_stream() as usize == PER_THREAD_STREAM {
+            Some(bind_per_thread_stream(&stream)?)
+        } else {
+            None
+        };
         Ok(Self {
             ctx,
             stream,

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use super::launch::{SparseMlaCall, SparseMlaEntry};
 use super::{D_V, Options};
 use crate::backend::Cpu;
-use crate::dtype::{bf16, e4m3_to_f32};
+use crate::dtype::{F8E4M3, bf16, e4m3_to_f32};
 use crate::error::Result;
 
 /// The CPU reference runs the op.
@@ -45,12 +45,10 @@ fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu
     } = call;
     let kv_scale = kv.scale[0];
     let score_scale = queries.sm_scale * queries.q_scale[0] * kv_scale;
-    let kv: Vec<f32> = kv.data.iter().map(|v| lut[v.to_bits() as usize]).collect(); // [s_kv, d_qk]
-    let q: Vec<f32> = queries
-        .q
-        .iter()
-        .map(|v| lut[v.to_bits() as usize])
-        .collect(); // [s_q, heads, d_qk]
+    // Values are decoded per query row, for the rows it selects: a whole-workspace f32 copy
+    // would be four times the workspace (which the caller could allocate), an abort where the
+    // reference must return.
+    let (kv, q) = (kv.data, queries.q); // [s_kv, d_qk], [s_q, heads, d_qk] e4m3
     let (indices, topk_length, sink) = (queries.indices, queries.topk_length, queries.sink);
 
     outputs
@@ -66,8 +64,17 @@ fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu
                 .filter(|&&idx| idx >= 0 && (idx as usize) < s_kv)
                 .map(|&idx| idx as usize)
                 .collect();
+            let decode = |values: &[F8E4M3]| -> Vec<f32> {
+                values.iter().map(|v| lut[v.to_bits() as usize]).collect()
+            };
+            // [rows.len(), d_qk] the selected rows, [heads, d_qk] the query's heads.
+            let keys: Vec<f32> = rows
+                .iter()
+                .flat_map(|&r| decode(&kv[r * d_qk..(r + 1) * d_qk]))
+                .collect();
+            let q_row = decode(&q[i * heads * d_qk..(i + 1) * heads * d_qk]);
             for h in 0..heads {
-                let qh = &q[(i * heads + h) * d_qk..(i * heads + h + 1) * d_qk];
+                let qh = &q_row[h * d_qk..(h + 1) * d_qk];
                 let out_h = &mut out[h * D_V..(h + 1) * D_V];
                 if rows.is_empty() {
                     out_h.fill(bf16::ZERO);
@@ -75,10 +82,9 @@ fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu
                     lse[h] = f32::INFINITY;
                     continue;
                 }
-                let scores: Vec<f64> = rows
-                    .iter()
-                    .map(|&r| {
-                        let k = &kv[r * d_qk..(r + 1) * d_qk];
+                let scores: Vec<f64> = keys
+                    .chunks_exact(d_qk)
+                    .map(|k| {
                         let dot: f32 = qh.iter().zip(k).map(|(a, b)| a * b).sum();
                         (dot * score_scale) as f64
                     })
@@ -88,8 +94,8 @@ fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu
                 let z: f64 = weights.iter().sum();
                 let denom = z + sink.map_or(0.0, |s| (s[h] as f64 - m).exp());
                 let mut acc = vec![0.0f64; D_V];
-                for (&r, &p) in rows.iter().zip(&weights) {
-                    for (a, &v) in acc.iter_mut().zip(&kv[r * d_qk..r * d_qk + D_V]) {
+                for (k, &p) in keys.chunks_exact(d_qk).zip(&weights) {
+                    for (a, &v) in acc.iter_mut().zip(&k[..D_V]) {
                         *a += p * v as f64;
                     }
                 }

@@ -122,12 +122,19 @@ impl<const H_Q: usize> CudaKernel for SparseMlaDecodeCombineKernel<H_Q> {
     }
 }
 
+/// The most splits of a row: the combine merges at most 32 (`kMaxSplits`, one a lane of its
+/// first warp), so a top-k wider than 2048 takes several blocks a split.
+const MAX_SPLITS: usize = 32;
+
 /// How a call's top-k is split: `(splits, blocks_per_split)` for `rows` query rows of `heads`
-/// heads, so that about 132 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split).
+/// heads, so that about 132 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split),
+/// at most `MAX_SPLITS` a row.
 pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
     let ctas = rows * heads.div_ceil(HEAD_GROUP);
     let blocks = topk / BLOCK;
-    let wanted = TARGET_CTAS.div_ceil(ctas.max(1)).clamp(1, blocks);
+    let wanted = TARGET_CTAS
+        .div_ceil(ctas.max(1))
+        .clamp(1, blocks.min(MAX_SPLITS));
     let per_split = blocks.div_ceil(wanted);
     (blocks.div_ceil(per_split), per_split)
 }
