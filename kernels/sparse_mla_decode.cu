@@ -567,44 +567,74 @@ struct DecodePrepareParams {
     i32 slots;
 };
 
-// One CTA a query row: q cast to e4m3 (round to nearest even, saturating at +-448, identity
-// scale), and for each top-k position j the slot the gather reads and the prefill's index into
-// the gathered workspace (row * TOPK + j), both -1 for a position past the row's length or a
-// slot outside the cache (the gather then reads nothing and the prefill masks it).
+// The whole step in grid-stride loops (the grid is a few CTAs an SM, whatever the row count):
+// q cast to e4m3 (round to nearest even, saturating at +-448, identity scale), a warp taking
+// 128 16-byte words of q at a time with its four loads in flight before any conversion; then,
+// for each top-k position j of row r, the slot the gather reads and the prefill's index into
+// the gathered workspace (r * TOPK + j), both -1 for a position past the row's length or a slot
+// outside the cache (the gather then reads nothing and the prefill masks it), four positions a
+// thread at a time. Every access is guarded by its extent: rows * H_Q * 72 words of q (and as
+// many 8-byte words of q8), rows * TOPK positions.
 template <int H_Q, int TOPK>
 __global__ void __launch_bounds__(256)
     sparse_mla_decode_prepare_kernel(const DecodePrepareParams p) {
     constexpr int kDim = decode::kDim;
-    const i64 row = blockIdx.x;
-    if (row >= p.rows) {
-        return;
-    }
-    const uint4* src = reinterpret_cast<const uint4*>(p.q + row * H_Q * kDim);
-    uint2* dst = reinterpret_cast<uint2*>(p.q8 + row * H_Q * kDim);
-    for (int i = threadIdx.x; i < H_Q * kDim / 8; i += blockDim.x) {
-        const uint4 x = src[i];
-        const u32 w[4] = {x.x, x.y, x.z, x.w};
-        u32 e[2];
+    constexpr int kUnroll = 4;
+    const int lane = threadIdx.x & 31;
+    const i64 thread = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 threads = (i64)gridDim.x * blockDim.x;
+    const i64 warp = thread >> 5, warps = threads >> 5;
+
+    const i64 words = (i64)p.rows * H_Q * (kDim / 8);  // 16-byte words of q (8 bf16 each)
+    const uint4* src = reinterpret_cast<const uint4*>(p.q);
+    uint2* dst = reinterpret_cast<uint2*>(p.q8);
+    for (i64 base = warp * (32 * kUnroll); base < words; base += warps * (32 * kUnroll)) {
+        uint4 x[kUnroll];
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const u32 lo = pack_e4m3x2(__uint_as_float(w[2 * k] << 16),
-                                       __uint_as_float(w[2 * k] & 0xffff0000u));
-            const u32 hi = pack_e4m3x2(__uint_as_float(w[2 * k + 1] << 16),
-                                       __uint_as_float(w[2 * k + 1] & 0xffff0000u));
-            e[k] = lo | (hi << 16);
+        for (int k = 0; k < kUnroll; ++k) {
+            const i64 i = base + k * 32 + lane;
+            if (i < words) x[k] = src[i];
         }
-        dst[i] = make_uint2(e[0], e[1]);
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const i64 i = base + k * 32 + lane;
+            if (i >= words) continue;
+            const u32 w[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
+            u32 e[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 lo = pack_e4m3x2(__uint_as_float(w[2 * h] << 16),
+                                           __uint_as_float(w[2 * h] & 0xffff0000u));
+                const u32 hi = pack_e4m3x2(__uint_as_float(w[2 * h + 1] << 16),
+                                           __uint_as_float(w[2 * h + 1] & 0xffff0000u));
+                e[h] = lo | (hi << 16);
+            }
+            dst[i] = make_uint2(e[0], e[1]);
+        }
     }
-    int length = TOPK;
-    if (p.lengths != nullptr) {
-        const int l = p.lengths[row];
-        length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
-    }
-    for (int j = threadIdx.x; j < TOPK; j += blockDim.x) {
-        const i64 at = row * TOPK + j;
-        const i32 slot = p.indices[at];
-        const bool valid = j < length && slot >= 0 && slot < p.slots;
-        p.slots_flat[at] = valid ? slot : -1;
-        p.positions[at] = valid ? (i32)at : -1;
+
+    const i64 positions = (i64)p.rows * TOPK;
+    for (i64 base = warp * (32 * kUnroll); base < positions; base += warps * (32 * kUnroll)) {
+        i32 slot[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const i64 at = base + k * 32 + lane;
+            slot[k] = at < positions ? p.indices[at] : -1;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const i64 at = base + k * 32 + lane;
+            if (at >= positions) continue;
+            const i64 row = at / TOPK;
+            const int j = (int)(at - row * TOPK);
+            int length = TOPK;
+            if (p.lengths != nullptr) {
+                const int l = p.lengths[row];
+                length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
+            }
+            const bool valid = j < length && slot[k] >= 0 && slot[k] < p.slots;
+            p.slots_flat[at] = valid ? slot[k] : -1;
+            p.positions[at] = valid ? (i32)at : -1;
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::backend::cuda::{
 };
 use crate::dim::Dim;
 use crate::error::Result;
-use crate::layout::MlaFp8KvCache;
+use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache};
 use crate::ops::sparse_mla::OutRow;
 use crate::rules::{MlaCachePage, MlaScaleGroup};
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
@@ -28,6 +28,10 @@ const BLOCK: usize = 64;
 /// `[16, 512]` f32 partial, which cost more than the second slot gave (B 8, s_q 1, h 16: 36 µs
 /// against 55 µs at 264; B 1 is split 32 ways either way).
 const TARGET_CTAS: usize = 132;
+/// Threads of a CTA of the prepare kernel of `DecodeThroughPrefill`.
+const PREPARE_THREADS: u32 = 256;
+/// The most CTAs an SM the prepare kernel's grid takes (its loops stride over the step).
+const PREPARE_CTAS_PER_SM: u32 = 8;
 /// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (rows of 576
 /// two-byte values, each head's scale and padding), two buffers of 64 cache rows, the 16 × 64
 /// scores (padded) and two blocks' slots — 107776 bytes, so two CTAs share an SM.
@@ -231,13 +235,20 @@ impl DecodeEntry for Cuda {
             rows: rows as i32,
             slots: slots as i32,
         };
+        // Grid-stride loops: enough CTAs for four 16-byte words of q a thread, at most
+        // PREPARE_CTAS_PER_SM an SM (the loads of a few CTAs an SM saturate the memory).
+        let words = rows * H_Q * (MLA_CACHE_DIM / 8);
+        let ctas = words
+            .div_ceil(PREPARE_THREADS as usize * 4)
+            .clamp(1, (self.sm_count() * PREPARE_CTAS_PER_SM) as usize);
         let shape = LaunchShape {
-            grid: (rows as u32, 1, 1),
-            block: (256, 1, 1),
+            grid: (ctas as u32, 1, 1),
+            block: (PREPARE_THREADS, 1, 1),
             smem_bytes: 0,
         };
         // SAFETY: q holds rows × H_Q × 576 values and q8 as many bytes, indices, slots_flat and
-        // positions rows × TOPK, lengths rows (tied by `run`); one CTA a row.
+        // positions rows × TOPK, lengths rows (tied by `run`); the kernel guards every access by
+        // those extents (grid-stride loops), whatever the grid.
         unsafe { args.launch::<SparseMlaDecodePrepareKernel<H_Q, TOPK>>(shape, &params) }
     }
 }
