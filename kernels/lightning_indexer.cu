@@ -132,6 +132,9 @@ struct PagedKeys {
 template <int H_IDX, int TOPK>
 __global__ void __launch_bounds__(2 * indexer::kThreads, 2)
     paged_lightning_indexer_kernel(const __grid_constant__ PagedIndexerParams p) {
+    // The merge (a dependent launch when the row is split) may be scheduled once every split
+    // has begun; it waits for this grid's end before it reads anything.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     indexer_ws_body<H_IDX, TOPK, 1, false>(PagedKeys(p, blockIdx.x, blockIdx.y));
 }
 
@@ -206,6 +209,12 @@ template <int TOPK>
 __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     paged_indexer_merge_kernel(const __grid_constant__ IndexerMergeParams p) {
     using namespace indexer;
+    // Launched as a dependent of the kernel before it (the splits, or the previous merge
+    // level), so it may be resident before that one ends: nothing global is touched before
+    // that kernel has ended and its writes are visible. A no-op for an ordinary launch. The
+    // next level may be scheduled meanwhile; it waits the same way.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     constexpr int FAN = kMergeCandidates / TOPK;
     constexpr int C = FAN * TOPK;
     constexpr int SORT = pow2_at_least(TOPK);

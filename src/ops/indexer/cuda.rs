@@ -423,8 +423,10 @@ impl IndexerEntry for Cuda {
             // groups lists (the split buffer holds rows × splits ≥ any later level, the merged
             // one rows × ceil(splits / FAN) ≥ any later level); a count is at most TOPK; the
             // last level reads the block table only at positions a split admitted (a page
-            // inside [0, pages) of the row's sequence) and writes rows × TOPK indices.
-            unsafe { args.launch::<PagedIndexerMergeKernel<TOPK>>(shape, &params)? };
+            // inside [0, pages) of the row's sequence) and writes rows × TOPK indices. The merge
+            // waits (`griddepcontrol.wait`) for the kernel before it before any global access,
+            // so it is launched as a dependent: its launch and start hide behind that tail.
+            unsafe { args.launch_dependent::<PagedIndexerMergeKernel<TOPK>>(shape, &params)? };
             if last {
                 return Ok(());
             }
