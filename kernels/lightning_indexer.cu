@@ -237,11 +237,17 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     const int first = group * fan;
     const int here = min(fan, p.lists - first);
     const i64 base = (i64)row * p.lists + first;  // the group's first list
-    if (threadIdx.x == 0) {
+    // The live candidates: the counts as the loads below take them (at most `cap` a list),
+    // summed by the first warp (up to C / 128 lists).
+    if (threadIdx.x < 32) {
         int total = 0;
-        for (int l = 0; l < here; ++l) total += p.in_count[base + l];
-        misc[2] = 0;
-        misc[3] = total;
+        for (int l = threadIdx.x; l < here; l += 32) total += min(max(p.in_count[base + l], 0), cap);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+        if (threadIdx.x == 0) {
+            misc[2] = 0;
+            misc[3] = total;
+        }
     }
     for (int i = threadIdx.x; i < C; i += T) {
         const int l = i / cap, e = i % cap;

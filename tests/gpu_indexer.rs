@@ -158,6 +158,10 @@ fn paged_long_sequences_topk_2048() {
     // One sequence of the benchmark's 65536 positions: 256 splits of 4 pages, their lists of
     // at most 256 entries merged 64 to a CTA, then the row (two levels).
     paged_case::<64, 2048>(&[65536], 2, 1024, Scores::Noise);
+    // A top-k that does not divide the merge's 16384 candidates (15360 of 1536 held): the
+    // host's fan must be the kernel's, or trailing lists (the highest positions, the best
+    // under rising scores) would be left out.
+    paged_case::<64, 1536>(&[16384, 9000], 2, 256, Scores::Rising);
     // A decode batch at long context: 20k and 9k positions, shuffled pages.
     paged_case::<64, 2048>(&[20000, 9000, 2047, 2049], 2, 320, Scores::Noise);
     paged_case::<64, 2048>(&[20000, 9000], 1, 320, Scores::Rising);
@@ -227,7 +231,7 @@ fn a_recorded_paged_call_replays_to_the_direct_calls_rows() {
     let (splits, pages_a_split) = paged_indexer_split(g.sm_count() as usize, 2, s.max_pages);
     assert_eq!(ws.splits(), splits);
     assert!(
-        splits > merge_lists_a_cta((pages_a_split * PAGE).min(2048)),
+        splits > merge_lists_a_cta(2048, (pages_a_split * PAGE).min(2048)),
         "a merge of more than one level"
     );
     let mut indices: Tensor<Cuda, i32, Cols<2048>> = Tensor::filled(&g, tokens, -7).unwrap();

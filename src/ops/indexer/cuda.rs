@@ -114,10 +114,11 @@ pub const fn merge_fan(topk: usize) -> usize {
 }
 
 /// Lists a merge CTA takes at a level whose lists hold at most `list_cap` entries (a split's
-/// list: at most its own positions; a merged list: TOPK): as many as its candidates hold, at
-/// least [`merge_fan`] of the call's TOPK.
-pub const fn merge_lists_a_cta(list_cap: usize) -> usize {
-    MERGE_CANDIDATES / if list_cap == 0 { 1 } else { list_cap }
+/// list: at most its own positions; a merged list: `topk`): as many as its candidate buffer
+/// holds, which is [`merge_fan`]`(topk)` lists of `topk` (`indexer::kMergeCandidates` rounded
+/// down to a multiple of `topk`, the kernel's `C`), so at least `merge_fan(topk)`.
+pub const fn merge_lists_a_cta(topk: usize, list_cap: usize) -> usize {
+    merge_fan(topk) * topk / if list_cap == 0 { 1 } else { list_cap }
 }
 
 /// Dynamic shared memory of a merge CTA (`indexer::merge_smem_bytes`): `FAN · topk` candidates
@@ -387,7 +388,7 @@ impl IndexerEntry for Cuda {
         let mut list_cap = TOPK.min(ws.blocks_per_split * PAGE);
         let mut from_split_buffer = true;
         loop {
-            let fan = merge_lists_a_cta(list_cap);
+            let fan = merge_lists_a_cta(TOPK, list_cap);
             let last = lists <= fan;
             let groups = if last { 1 } else { lists.div_ceil(fan) };
             let mut args = DeviceArgs::new(self)?;
