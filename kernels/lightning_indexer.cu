@@ -23,15 +23,17 @@ struct PagedIndexerParams {
 };
 
 // Parameters of one merge of split lists. Mirrored by `IndexerMergeParams` in
-// src/ops/indexer/cuda.rs. A CTA (row, group) merges lists [group * FAN, group * FAN + FAN) of
-// its row into one list (or, at the last level, into the row of indices).
+// src/ops/indexer/cuda.rs. A CTA (row, group) merges lists [group * fan, group * fan + fan) of
+// its row into one list (or, at the last level, into the row of indices), where a list of this
+// level holds at most list_cap entries and fan = kMergeCandidates / list_cap (the splits' own
+// lists hold at most a split's positions, often far fewer than TOPK, so more of them fit a CTA).
 struct IndexerMergeParams {
     const u32* in_keys;       // [rows, lists, TOPK]
     const i32* in_pos;        // [rows, lists, TOPK]
     const i32* in_count;      // [rows, lists]
-    u32* out_keys;            // [rows, ceil(lists / FAN), TOPK] (not the last level)
-    i32* out_pos;             // [rows, ceil(lists / FAN), TOPK] (not the last level)
-    i32* out_count;           // [rows, ceil(lists / FAN)] (not the last level)
+    u32* out_keys;            // [rows, ceil(lists / fan), TOPK] (not the last level)
+    i32* out_pos;             // [rows, ceil(lists / fan), TOPK] (not the last level)
+    i32* out_count;           // [rows, ceil(lists / fan)] (not the last level)
     const i32* block_table;   // [B, max_pages] (the last level: positions to slots)
     i32* indices;             // [rows, TOPK] (the last level)
     i32 rows;                 // B * next_n
@@ -39,6 +41,8 @@ struct IndexerMergeParams {
     i32 next_n;
     i32 max_pages;
     i32 last;                 // 1: write indices; 0: write merged lists
+    i32 list_cap;             // entries an input list holds at most, in 1 ..= TOPK (lists are
+                              // TOPK apart in memory whatever their capacity)
 };
 namespace indexer {
 
@@ -132,13 +136,16 @@ struct PagedKeys {
 template <int H_IDX, int TOPK>
 __global__ void __launch_bounds__(2 * indexer::kThreads, 2)
     paged_lightning_indexer_kernel(const __grid_constant__ PagedIndexerParams p) {
+    // The merge (a dependent launch when the row is split) may be scheduled once every split
+    // has begun; it waits for this grid's end before it reads anything.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     indexer_ws_body<H_IDX, TOPK, 1, false>(PagedKeys(p, blockIdx.x, blockIdx.y));
 }
 
 namespace indexer {
 constexpr int kMergeThreads = 512;
 constexpr int kMergeWarps = kMergeThreads / 32;
-// Candidates a merge CTA holds: FAN lists of TOPK (FAN = kMergeCandidates / TOPK).
+// Candidates a merge CTA holds: fan lists of list_cap (at least kMergeCandidates / TOPK lists).
 constexpr int kMergeCandidates = 16384;
 
 // Shared memory of a merge CTA: the candidates (keys, positions), the kept positions of the
@@ -206,6 +213,12 @@ template <int TOPK>
 __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     paged_indexer_merge_kernel(const __grid_constant__ IndexerMergeParams p) {
     using namespace indexer;
+    // Launched as a dependent of the kernel before it (the splits, or the previous merge
+    // level), so it may be resident before that one ends: nothing global is touched before
+    // that kernel has ended and its writes are visible. A no-op for an ordinary launch. The
+    // next level may be scheduled meanwhile; it waits the same way.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     constexpr int FAN = kMergeCandidates / TOPK;
     constexpr int C = FAN * TOPK;
     constexpr int SORT = pow2_at_least(TOPK);
@@ -217,17 +230,27 @@ __global__ void __launch_bounds__(indexer::kMergeThreads, 1)
     int* hist = kept_pos + SORT;            // [256]
     int* misc = hist + 256;                 // [0..2) found, [2] kept, [3] total
     const int row = blockIdx.x, group = blockIdx.y;
-    const int first = group * FAN;
-    const int here = min(FAN, p.lists - first);
+    // Lists of at most `cap` entries, `fan` of them a CTA (the cap clamped into 1 ..= TOPK, so
+    // every read stays inside its list's TOPK entries whatever the parameter holds).
+    const int cap = min(max(p.list_cap, 1), TOPK);
+    const int fan = C / cap;
+    const int first = group * fan;
+    const int here = min(fan, p.lists - first);
     const i64 base = (i64)row * p.lists + first;  // the group's first list
-    if (threadIdx.x == 0) {
+    // The live candidates: the counts as the loads below take them (at most `cap` a list),
+    // summed by the first warp (up to C / 128 lists).
+    if (threadIdx.x < 32) {
         int total = 0;
-        for (int l = 0; l < here; ++l) total += p.in_count[base + l];
-        misc[2] = 0;
-        misc[3] = total;
+        for (int l = threadIdx.x; l < here; l += 32) total += min(max(p.in_count[base + l], 0), cap);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+        if (threadIdx.x == 0) {
+            misc[2] = 0;
+            misc[3] = total;
+        }
     }
     for (int i = threadIdx.x; i < C; i += T) {
-        const int l = i / TOPK, e = i % TOPK;
+        const int l = i / cap, e = i % cap;
         const bool live = l < here && e < p.in_count[base + (l < here ? l : 0)];
         keys[i] = live ? p.in_keys[(base + l) * TOPK + e] : 0u;  // 0: below every order key
         pos[i] = live ? p.in_pos[(base + l) * TOPK + e] : 0x7fffffff;

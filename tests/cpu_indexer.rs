@@ -313,3 +313,33 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
     assert_eq!(merge_fan(2048), 8);
     assert_eq!(merge_fan(128), 128);
 }
+
+/// A merge level's fan (`merge_lists_a_cta`) is the kernel's: its lists of at most `cap`
+/// entries fit the CTA's candidate buffer (16384 rounded down to a multiple of TOPK, as the
+/// kernel's `C`), it takes no fewer lists than a level of full lists (so the merged buffer,
+/// sized by `merge_fan`, holds every level), and it takes every list that fits.
+#[test]
+fn a_merge_level_takes_the_lists_its_candidates_hold() {
+    use shapeproof::ops::indexer::{merge_fan, merge_lists_a_cta};
+    for topk in (128..=2048).step_by(128) {
+        let held = merge_fan(topk) * topk; // the kernel's C
+        assert!(
+            held <= 16384 && held + topk > 16384,
+            "TOPK {topk}: C = {held}"
+        );
+        for cap in (64..=topk).step_by(64) {
+            let fan = merge_lists_a_cta(topk, cap);
+            let what = format!("TOPK {topk}, lists of {cap}: {fan} a CTA");
+            assert!(fan * cap <= held, "{what}: more than the buffer holds");
+            assert!((fan + 1) * cap > held, "{what}: one more list would fit");
+            assert!(
+                fan >= merge_fan(topk),
+                "{what}: fewer than a level of full lists"
+            );
+        }
+    }
+    // B 1 at 65536 positions (256 splits of 4 pages): 64 lists a CTA, two levels.
+    assert_eq!(merge_lists_a_cta(2048, 256), 64);
+    // TOPK 1536 holds 15360 candidates: 60 lists of 256, not 64.
+    assert_eq!(merge_lists_a_cta(1536, 256), 60);
+}

@@ -155,6 +155,13 @@ fn paged_every_next_n() {
 
 #[test]
 fn paged_long_sequences_topk_2048() {
+    // One sequence of the benchmark's 65536 positions: 256 splits of 4 pages, their lists of
+    // at most 256 entries merged 64 to a CTA, then the row (two levels).
+    paged_case::<64, 2048>(&[65536], 2, 1024, Scores::Noise);
+    // A top-k that does not divide the merge's 16384 candidates (15360 of 1536 held): the
+    // host's fan must be the kernel's, or trailing lists (the highest positions, the best
+    // under rising scores) would be left out.
+    paged_case::<64, 1536>(&[16384, 9000], 2, 256, Scores::Rising);
     // A decode batch at long context: 20k and 9k positions, shuffled pages.
     paged_case::<64, 2048>(&[20000, 9000, 2047, 2049], 2, 320, Scores::Noise);
     paged_case::<64, 2048>(&[20000, 9000], 1, 320, Scores::Rising);
@@ -195,12 +202,14 @@ fn paged_pages_outside_the_cache_are_never_selected() {
 #[test]
 fn a_recorded_paged_call_replays_to_the_direct_calls_rows() {
     use shapeproof::layout::IndexKeyCache;
-    use shapeproof::ops::indexer::{PagedIndexerQueries, PagedIndexerWorkspace};
+    use shapeproof::ops::indexer::{
+        PagedIndexerQueries, PagedIndexerWorkspace, merge_lists_a_cta, paged_indexer_split,
+    };
     use shapeproof::tensor::{Cols, Tensor};
     let g = gpu();
     let mut rng = common::rng("a_recorded_paged_call_replays_to_the_direct_calls_rows");
-    // Two sequences: the pages split over CTAs and merged, through the workspace.
-    let s = PagedScenario::new(&mut rng, 64, &[9000, 3000], 2, 160, Scores::Noise);
+    // Two sequences: the pages split over CTAs and merged in two levels, through the workspace.
+    let s = PagedScenario::new(&mut rng, 64, &[60000, 30000], 2, 1000, Scores::Noise);
     let indexer = LightningIndexer::<64, 2048>::new();
     let want = s.run(&g, &indexer);
     let tokens = s.batch * s.next_n;
@@ -219,7 +228,12 @@ fn a_recorded_paged_call_replays_to_the_direct_calls_rows() {
     .unwrap();
     let mut ws =
         PagedIndexerWorkspace::<Cuda, 2048>::new(&g, s.batch, s.next_n, s.max_pages).unwrap();
-    assert!(ws.splits() > 8, "a merge of more than one level");
+    let (splits, pages_a_split) = paged_indexer_split(g.sm_count() as usize, 2, s.max_pages);
+    assert_eq!(ws.splits(), splits);
+    assert!(
+        splits > merge_lists_a_cta(2048, (pages_a_split * PAGE).min(2048)),
+        "a merge of more than one level"
+    );
     let mut indices: Tensor<Cuda, i32, Cols<2048>> = Tensor::filled(&g, tokens, -7).unwrap();
     let mut recorder = g.record_graph().unwrap();
     indexer

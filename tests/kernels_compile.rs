@@ -235,11 +235,13 @@ fn lightning_indexer() {
     prefill::<32, 512>();
     prefill::<32, 128>();
     paged::<64, 2048>();
+    paged::<64, 1536>();
     paged::<64, 256>();
     paged::<32, 2048>();
     paged::<32, 512>();
     paged::<32, 128>();
     merge::<2048>();
+    merge::<1536>();
     merge::<512>();
     merge::<256>();
     merge::<128>();

@@ -97,6 +97,7 @@ crate::param_block! {
         next_n: i32,
         max_pages: i32,
         last: i32,
+        list_cap: i32,
     }
 }
 
@@ -110,6 +111,14 @@ const MIN_BLOCKS_PER_SPLIT: usize = 4;
 /// Lists of `topk` candidates one merge CTA merges (`FAN` in the kernel).
 pub const fn merge_fan(topk: usize) -> usize {
     MERGE_CANDIDATES / topk
+}
+
+/// Lists a merge CTA takes at a level whose lists hold at most `list_cap` entries (a split's
+/// list: at most its own positions; a merged list: `topk`): as many as its candidate buffer
+/// holds, which is [`merge_fan`]`(topk)` lists of `topk` (`indexer::kMergeCandidates` rounded
+/// down to a multiple of `topk`, the kernel's `C`), so at least `merge_fan(topk)`.
+pub const fn merge_lists_a_cta(topk: usize, list_cap: usize) -> usize {
+    merge_fan(topk) * topk / if list_cap == 0 { 1 } else { list_cap }
 }
 
 /// Dynamic shared memory of a merge CTA (`indexer::merge_smem_bytes`): `FAN · topk` candidates
@@ -368,14 +377,18 @@ impl IndexerEntry for Cuda {
         if splits == 1 {
             return Ok(());
         }
-        // Merge levels: FAN lists into one, ping-ponging between the two list buffers, until
-        // one CTA a row can write the row. (An input buffer is admitted as written: the merge
-        // only reads it, but the stream protocol need not know.)
-        let fan = merge_fan(TOPK);
+        // Merge levels: as many lists into one as a CTA's MERGE_CANDIDATES hold, ping-ponging
+        // between the two list buffers, until one CTA a row can write the row. A split's list
+        // holds at most its own positions (a short split: far fewer than TOPK), a merged one
+        // TOPK; at least `merge_fan(TOPK)` lists a CTA either way, so the merged buffer's
+        // rows × ceil(splits / merge_fan) lists hold every level. (An input buffer is admitted
+        // as written: the merge only reads it, but the stream protocol need not know.)
         let rows = tokens;
         let mut lists = splits;
+        let mut list_cap = TOPK.min(ws.blocks_per_split * PAGE);
         let mut from_split_buffer = true;
         loop {
+            let fan = merge_lists_a_cta(TOPK, list_cap);
             let last = lists <= fan;
             let groups = if last { 1 } else { lists.div_ceil(fan) };
             let mut args = DeviceArgs::new(self)?;
@@ -412,6 +425,7 @@ impl IndexerEntry for Cuda {
                 next_n: queries.next_n as i32,
                 max_pages: queries.max_pages as i32,
                 last: last as i32,
+                list_cap: list_cap as i32,
             };
             let shape = LaunchShape {
                 grid: (rows as u32, groups as u32, 1),
@@ -421,14 +435,19 @@ impl IndexerEntry for Cuda {
             // SAFETY: the input buffer holds rows × lists lists of TOPK (and their counts),
             // each written by the previous launch on this stream; the output holds rows ×
             // groups lists (the split buffer holds rows × splits ≥ any later level, the merged
-            // one rows × ceil(splits / FAN) ≥ any later level); a count is at most TOPK; the
+            // one rows × ceil(splits / merge_fan(TOPK)) ≥ any later level, a level's fan being
+            // at least merge_fan(TOPK)); the kernel reads at most min(list_cap, TOPK) entries of
+            // a list whatever its count holds, and writes at most TOPK a list; the
             // last level reads the block table only at positions a split admitted (a page
-            // inside [0, pages) of the row's sequence) and writes rows × TOPK indices.
-            unsafe { args.launch::<PagedIndexerMergeKernel<TOPK>>(shape, &params)? };
+            // inside [0, pages) of the row's sequence) and writes rows × TOPK indices. The merge
+            // waits (`griddepcontrol.wait`) for the kernel before it before any global access,
+            // so it is launched as a dependent: its launch and start hide behind that tail.
+            unsafe { args.launch_dependent::<PagedIndexerMergeKernel<TOPK>>(shape, &params)? };
             if last {
                 return Ok(());
             }
             lists = groups;
+            list_cap = TOPK;
             from_split_buffer = !from_split_buffer;
         }
     }

@@ -32,7 +32,7 @@ pub(crate) use cpu::select_top;
 pub use cpu::{indexer_logit, order_key};
 pub use cuda::{
     IndexerParams, LightningIndexerKernel, PagedIndexerMergeKernel, PagedLightningIndexerKernel,
-    indexer_candidates, indexer_merge_smem_bytes, indexer_smem_bytes, merge_fan,
+    indexer_candidates, indexer_merge_smem_bytes, indexer_smem_bytes, merge_fan, merge_lists_a_cta,
     paged_indexer_split, prefill_indexer_launch_shape, prefill_indexer_smem_bytes,
 };
 
