@@ -26,6 +26,10 @@ struct SparseMlaParams {
     i32 h_q;                       // real query heads; the kernel zero-fills the tile's padding
     i32 head_tiles;                // ceil(h_q / HEAD_TILE)
     i32 topk;                      // multiple of 128
+    // The paged variant of the 64-head kernel (PAGED, `DecodeThroughPrefill`): kv is the FP8
+    // cache, [s_kv, 656] rows (docs/kernels/mla_cache.md), and `rope` the positions' RoPE values
+    // already cast to e4m3, [s_q * topk, 64]; nullptr for every other kernel.
+    const u8* rope;
 };
 
 

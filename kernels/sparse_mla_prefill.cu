@@ -127,7 +127,9 @@ constexpr float kLog2ShareLimit = 4.f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D_QK>
+// PAGED (the paged variant, d_qk 576 only): two more barriers (kBarKConv) and, after them, each
+// K slot's row scales (f32 [64 tokens][4 groups]) as the gathers copy them from the cache rows.
+template <int D_QK, bool PAGED = false>
 struct Smem {
     static constexpr int kChunks = D_QK / 16;
     static constexpr int kRowGroupBytes = 8 * D_QK;
@@ -148,8 +150,15 @@ struct Smem {
     static constexpr int kTmax = kSum + 2 * 64 * 4;             // f32 [2 wg][64] true maxima
     static constexpr int kMask = kTmax + 2 * 64 * 4;            // u16 [kKSlots][4 warps]
     static constexpr int kBars = kMask + kKSlots * 8;           // mbarriers (below)
-    static constexpr int kBytes = kBars + (2 + 3 * kKSlots + 2 * kVtSlots) * 8;
-    static_assert(kBytes == 192 * D_QK + 119424, "launch-shape formula in the header comment");
+    static constexpr int kNumBars = 2 + 3 * kKSlots + 2 * kVtSlots + (PAGED ? kKSlots : 0);
+    static constexpr int kScales = kBars + kNumBars * 8;        // PAGED: f32 [kKSlots][64][4]
+    static constexpr int kScaleSlotBytes = kTokensPerBlock * 16;
+    static constexpr int kBytes = kScales + (PAGED ? kKSlots * kScaleSlotBytes : 0);
+    static_assert(PAGED || kBytes == 192 * D_QK + 119424,
+                  "launch-shape formula in the header comment");
+    static_assert(!PAGED || kBytes == 192 * D_QK + 119424 + 16 + 2048,
+                  "the paged variant's launch-shape formula (header comment)");
+    static_assert(kScales % 16 == 0, "the scales take 16-byte copies");
     static_assert(kK % 512 == 0 && kTileBytes % 512 == 0, "64-byte swizzle atoms are 512-aligned");
     static_assert(32 * kOutRowStride <= kVtBytes, "half of the O staging fits one V^T slot");
     static_assert(kBytes <= 232448, "exceeds the sm_90 dynamic shared memory limit");
@@ -162,6 +171,7 @@ constexpr int kBarKLowEmpty = kBarKEmpty + kKSlots;  // [kKSlots] columns 0 … 
 constexpr int kBarVtFull = kBarKLowEmpty + kKSlots;  // [kVtSlots]
 constexpr int kBarVtEmpty = kBarVtFull + kVtSlots;  // [kVtSlots]
 constexpr int kBarQEmpty = kBarVtEmpty + kVtSlots;  // the consumers' last S of an item is done
+constexpr int kBarKConv = kBarQEmpty + 1;  // PAGED [kKSlots]: the owner converted the slot's rows
 
 // wgmma shared-memory descriptor of a K-major operand in the 64-byte swizzle (8-row atoms of
 // 512 bytes, `sbo` bytes apart; the leading offset is unused).
@@ -196,6 +206,90 @@ __device__ __forceinline__ void bulk_store_wait_read() {
 // One 4-byte shared-memory store (kept in program order with the asm around it).
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// ---- PAGED: a K slot's raw latent bytes to the gathered workspace's values, in place --------
+// The cache gather (mla_cache_gather_kernel, docs/kernels/mla_cache.md §8.6) writes each latent
+// byte as e4m3(e4m3 value * its group's scale) in f32, round to nearest even, saturating; the
+// paged variant must give the same bytes.
+
+// Whether a scale's products come out the same through f16 as through f32: zero, subnormal,
+// inf, NaN, and powers of two up to 2^15 — every e4m3 value times such a scale is exact in f16
+// where its e4m3 rounding is not zero, or overflows to the same saturation (the store writes
+// only powers of two). Anything else takes the f32 arithmetic.
+__device__ __forceinline__ bool scale_exact_in_f16(float scale) {
+    const u32 bits = __float_as_uint(scale);
+    const u32 e = (bits >> 23) & 0xffu;
+    return e == 0u || e == 0xffu || ((bits & 0x7fffffu) == 0u && e <= 127u + 15u);
+}
+
+// Four e4m3 bytes times the scale in both halves of `s2` (f16x2), rounded back to e4m3: two
+// conversions in, one multiply and one conversion out per two values.
+__device__ __forceinline__ u32 rescale_e4m3x4_f16(u32 w, u32 s2) {
+    u32 lo, hi;
+    u16 out_lo, out_hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"((u16)(w & 0xffffu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"((u16)(w >> 16)));
+    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(lo) : "r"(s2));
+    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(hi) : "r"(s2));
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(out_lo) : "r"(lo));
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(out_hi) : "r"(hi));
+    return (u32)out_lo | ((u32)out_hi << 16);
+}
+
+// The same in f32 (the gather's own arithmetic), for any scale.
+__device__ __forceinline__ u32 rescale_e4m3x4_f32(u32 w, float s) {
+    float a, b, c, d;
+    unpack_e4m3x2((u16)(w & 0xffffu), a, b);
+    unpack_e4m3x2((u16)(w >> 16), c, d);
+    return (u32)pack_e4m3x2(__fmul_rn(a, s), __fmul_rn(b, s)) |
+           ((u32)pack_e4m3x2(__fmul_rn(c, s), __fmul_rn(d, s)) << 16);
+}
+
+__device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_shared_v4(u32 addr, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+// The owner warpgroup's thread ct (0-127) scales its share of a K slot's latent columns (bytes
+// 0 … 32767 of the slot: 8 columns of 64 tokens x 64 bytes) in place: the 16-byte chunks at
+// 16 ct + 2048 k, k = 0 … 15, i.e. column k / 2 (scale group k / 4) of token ct / 4 + 32 (k % 2).
+// Consecutive threads touch consecutive chunks (no bank conflicts). An invalid row was
+// zero-filled with zero scales and stays zero.
+__device__ __forceinline__ void convert_latent(u32 k_slot, u32 scales, int ct) {
+    const uint4 lo = ld_shared_v4(scales + (u32)(ct >> 2) * 16);          // token ct / 4
+    const uint4 hi = ld_shared_v4(scales + (u32)((ct >> 2) + 32) * 16);   // token ct / 4 + 32
+    const u32 sc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // [token][group]
+    bool f16 = true;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f16 &= scale_exact_in_f16(__uint_as_float(sc[i]));
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const u32 addr = k_slot + (u32)(16 * ct + 2048 * k);
+        const float s = __uint_as_float(sc[4 * (k & 1) + (k >> 2)]);
+        uint4 v = ld_shared_v4(addr);
+        if (f16) {
+            u16 h;
+            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(s));
+            const u32 s2 = (u32)h * 0x10001u;
+            v = make_uint4(rescale_e4m3x4_f16(v.x, s2), rescale_e4m3x4_f16(v.y, s2),
+                           rescale_e4m3x4_f16(v.z, s2), rescale_e4m3x4_f16(v.w, s2));
+        } else {
+            v = make_uint4(rescale_e4m3x4_f32(v.x, s), rescale_e4m3x4_f32(v.y, s),
+                           rescale_e4m3x4_f32(v.z, s), rescale_e4m3x4_f32(v.w, s));
+        }
+        st_shared_v4(addr, v);
+    }
 }
 
 // d[64x256 f32] += A[64x32 e4m3, smem] * B[256x32 e4m3, smem]^T, both operands K-major.
@@ -244,12 +338,20 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b
 // Producer warps (warps 8-11) gather: warp w copies tokens 16w … 16w + 15 of every block; lane
 // = (token % 8) + 8 * (chunk % 4), so one cp.async instruction fills one 512-byte atom of the
 // 64-byte swizzle (8 tokens x 64 bytes, contiguous).
-template <int D_QK>
+// PAGED: a row is a 656-byte cache row; its latent bytes land raw in columns 0-7 (the owner
+// warpgroup scales them in place before its S: convert_latent), its four group scales in the
+// slot's scale area (the lanes of chunk 0), and column 8 (RoPE) comes from the position's e4m3
+// RoPE values in p.rope, which the step's prepare kernel cast.
+template <int D_QK, bool PAGED = false>
 struct Gather {
-    using L = Smem<D_QK>;
+    using L = Smem<D_QK, PAGED>;
+    static constexpr int kRowBytes = PAGED ? 656 : D_QK;  // bytes between kv rows
+    static constexpr int kScalesAt = 512;                 // PAGED: a cache row's scales
     u32 k_base, bars;
+    u32 scale_base;      // PAGED: K slot 0's scales (L::kScales)
     u16* mask16;
     const u8* kv;
+    const u8* rope_row;  // PAGED: the item's RoPE values, [topk, 64] e4m3
     const i32* idx_row;  // the item's index row
     i32 valid_len, s_kv;
     int next_off;        // offset in idx_row of this lane's group-0 token of the next block
@@ -275,12 +377,25 @@ struct Gather {
         for (int grp = 0; grp < 2; ++grp) {
             const int token = 16 * pw + 8 * grp + (lane & 7);
             const bool valid = row_valid(idx[grp]);
-            const u8* src = kv + (valid ? (i64)idx[grp] * D_QK : (i64)0) + (lane >> 3) * 16;
+            const u8* row = kv + (valid ? (i64)idx[grp] * kRowBytes : (i64)0);
+            const u8* src = row + (lane >> 3) * 16;
             const u32 n = valid ? 16u : 0u;  // an invalid row is zero-filled, nothing read
             const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
 #pragma unroll
             for (int q = Q0; q < Q1; ++q) {
-                cp_async_16(dst + q * L::kColStride, src + q * 64, n);
+                if (PAGED && q == kDV / 64) {
+                    // The token's position in the item's row: gather_step has loaded the next
+                    // block's indices, so next_off is two blocks past this block's group 0.
+                    const int pos = next_off - 2 * kTokensPerBlock + 8 * grp;
+                    cp_async_16(dst + q * L::kColStride,
+                                rope_row + (i64)pos * 64 + (lane >> 3) * 16, n);
+                } else {
+                    cp_async_16(dst + q * L::kColStride, src + q * 64, n);
+                }
+            }
+            if (PAGED && Q0 == 0 && (lane >> 3) == 0) {
+                cp_async_16(scale_base + (gb % kKSlots) * L::kScaleSlotBytes + token * 16,
+                            row + kScalesAt, n);
             }
         }
     }
@@ -373,13 +488,15 @@ __device__ __forceinline__ void prefetch_item_l2(const SparseMlaParams& p, int i
 
 }  // namespace sparse_mla
 
-template <int D_QK, bool HAVE_TOPK_LENGTH, bool HAVE_SINK>
+template <int D_QK, bool HAVE_TOPK_LENGTH, bool HAVE_SINK, bool PAGED = false>
 __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     sparse_mla_prefill_kernel(const SparseMlaParams p) {
     using namespace sparse_mla;
-    using L = Smem<D_QK>;
+    using L = Smem<D_QK, PAGED>;
     static_assert(D_QK == 512 || D_QK == 576, "D_QK must be 512 or 576");
     static_assert(!HAVE_SINK || HAVE_TOPK_LENGTH, "attn_sink requires topk_length");
+    static_assert(!PAGED || (D_QK == 576 && !HAVE_TOPK_LENGTH),
+                  "the paged variant reads 576-wide cache rows; its indices carry the lengths");
 
     // The swizzled K slots need their 512-byte atoms aligned: the dynamic shared memory starts
     // 1 KB-aligned (no static shared memory), and every region offset is checked in Smem.
@@ -416,6 +533,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             mbar_init(bars + (kBarVtFull + s) * 8, 128);
             mbar_init(bars + (kBarVtEmpty + s) * 8, 256);
         }
+        if (PAGED) {
+            for (int s = 0; s < kKSlots; ++s) mbar_init(bars + (kBarKConv + s) * 8, 128);
+        }
     }
     __syncthreads();
 
@@ -423,9 +543,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
         const int pw = warp & 3;
         const int pt = (threadIdx.x - 256) & 127;  // 0..127 inside the producer warpgroup
-        Gather<D_QK> gather;
+        Gather<D_QK, PAGED> gather;
         gather.k_base = sk;
         gather.bars = bars;
+        gather.scale_base = smem_base + L::kScales;
         gather.mask16 = reinterpret_cast<u16*>(smem + L::kMask);
         gather.kv = p.kv;
         gather.s_kv = p.s_kv;
@@ -450,7 +571,8 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         // is free.
         auto build_step = [&](int b) {
             const int ks = b % kKSlots, vs = b % kVtSlots;
-            mbar_wait(bars + (kBarKFull + ks) * 8, (u32)(b / kKSlots) & 1u);
+            // PAGED: the values V^T takes are the converted ones (the owner's kBarKConv).
+            mbar_wait(bars + ((PAGED ? kBarKConv : kBarKFull) + ks) * 8, (u32)(b / kKSlots) & 1u);
             if (b >= kVtSlots) {
                 mbar_wait(bars + (kBarVtEmpty + vs) * 8, (u32)(b / kVtSlots - 1) & 1u);
             }
@@ -476,6 +598,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             const int valid_len = item_len(item);
             const int num_blocks = blocks_of(valid_len);
             gather.idx_row = p.indices + (i64)(item / p.head_tiles) * p.topk;
+            if (PAGED) gather.rope_row = p.rope + (i64)(item / p.head_tiles) * p.topk * 64;
             gather.valid_len = valid_len;
             // The CTA's next item: its Q tile and index row go to L2 now.
             if (item + (int)gridDim.x < items) {
@@ -484,13 +607,40 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             int idx[2], nxt[2];  // indices of this step's block and of the next one
             gather.next_off = 16 * pw + (lane & 7);
             gather.load_next(idx);
+            const int gend = gbase + num_blocks;
+            if constexpr (PAGED) {
+                // V^T of a block waits for its owner's conversion, which comes after the owner's
+                // P.V issue of the pair before; the builds go by pairs, before the gathers of
+                // the next pair (whose slots the pair's S and builds release), so no build
+                // waits behind a gather that waits for an S.
+                if (pending) {
+                    build_step(gbase - 2);
+                    build_step(gbase - 1);
+                }
+                if (num_blocks > 0) {
+                    gather_step(gbase, idx, nxt);
+                    gather_step(gbase + 1, idx, nxt);
+                }
+                if (j > 0) mbar_wait(bars + kBarQEmpty * 8, (u32)(j - 1) & 1u);
+                load_q_tile64<D_QK>(p, item / p.head_tiles, item % p.head_tiles, sq, pt,
+                                    num_blocks > 0);
+                mbar_arrive_cp_async(bars + kBarQFull * 8);
+                for (int gb = gbase + 2; gb < gend; gb += 2) {
+                    build_step(gb - 2);
+                    build_step(gb - 1);
+                    gather_step(gb, idx, nxt);
+                    gather_step(gb + 1, idx, nxt);
+                }
+                gbase = gend;
+                pending = num_blocks > 0;  // the item's last pair
+                continue;
+            }
             if (num_blocks > 0) gather_step(gbase, idx, nxt);
             if (pending) build_step(gbase - 1);
             if (j > 0) mbar_wait(bars + kBarQEmpty * 8, (u32)(j - 1) & 1u);
             load_q_tile64<D_QK>(p, item / p.head_tiles, item % p.head_tiles, sq, pt,
                                 num_blocks > 0);
             mbar_arrive_cp_async(bars + kBarQFull * 8);
-            const int gend = gbase + num_blocks;
             for (int gb = gbase + 1; gb < gend; ++gb) {
                 gather_step(gb, idx, nxt);
                 build_step(gb - 1);
@@ -498,7 +648,10 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             gbase = gend;
             pending = num_blocks > 0;  // the item's last block
         }
-        if (pending) build_step(gbase - 1);
+        if (pending) {
+            if (PAGED) build_step(gbase - 2);
+            build_step(gbase - 1);
+        }
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
@@ -564,6 +717,17 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     auto s_begin = [&](int b, bool release_pv) {
         const int slot = b % kKSlots;
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
+        if constexpr (PAGED) {
+            // The raw latent bytes to the workspace's values (while P.V of the pair before
+            // runs on the tensor cores), visible to this warpgroup's wgmma (the barrier) and
+            // to the producer's V^T build (kBarKConv).
+            convert_latent(sk + slot * L::kTileBytes,
+                           smem_base + L::kScales + slot * L::kScaleSlotBytes,
+                           threadIdx.x & 127);
+            fence_proxy_async();
+            mbar_arrive(bars + (kBarKConv + slot) * 8);
+            named_barrier_sync(2 + wg, 128);
+        }
         fence_proxy_async();
         // The validity mask is read now: s_finish releases the slot, and with it the mask.
         s_mask = *reinterpret_cast<const u64*>(mask16 + slot * 4);

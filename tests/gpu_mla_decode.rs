@@ -469,3 +469,157 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     );
     assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
 }
+
+/// A cache of `pages` pages of random bytes: finite e4m3 latent values (NaN bytes remapped),
+/// RoPE values normal and up to ±600 (the e4m3 cast saturates some), and group scales of every
+/// kind a hostile buffer can hold: the store's powers of two (2^-24 … 2^15, the paged kernel's
+/// f16 arithmetic), and what it must take in f32 — powers from 2^16 up, scales that are not
+/// powers of two, zero and an f32 subnormal.
+fn hostile_cache_bytes(rng: &mut impl Rng, pages: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..pages * 64 * 656).map(|_| rng.random()).collect();
+    for row in bytes.chunks_exact_mut(656) {
+        for b in &mut row[..512] {
+            if *b & 0x7F == 0x7F {
+                *b &= 0xFE; // NaN → ±448
+            }
+        }
+        for g in 0..4 {
+            let scale: f32 = match rng.random_range(0..10) {
+                0 => 0.0,
+                1 => f32::from_bits(rng.random_range(1..0x0080_0000)),
+                2 => 1.37 * 2f32.powi(rng.random_range(-20..4)),
+                3 => 2f32.powi(rng.random_range(16..24)),
+                _ => 2f32.powi(rng.random_range(-24..16)),
+            };
+            row[512 + 4 * g..516 + 4 * g].copy_from_slice(&scale.to_le_bytes());
+        }
+        for r in 0..64 {
+            let v = bf16::from_f32(
+                rng.random_range(-600.0f32..600.0) * 2f32.powi(-rng.random_range(0..12)),
+            );
+            row[528 + 2 * r..530 + 2 * r].copy_from_slice(&v.to_bits().to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// The paged prefill reads the values the cache gather writes: the step through the prefill
+/// against the same step composed of the public ops it replaced — q cast on the host, the
+/// step's slots gathered into an e4m3 workspace (`MlaCacheGather`), the 64-head prefill over it
+/// (`HeadTiling::Tiles64`) — bit for bit in `out` and `lse`, on a cache of hostile bytes
+/// (`hostile_cache_bytes`: scales the kernel takes in f16 and in f32), with invalid and
+/// repeated slots and every row-length case; outputs poisoned before both runs.
+#[test]
+fn the_paged_prefill_reads_the_values_the_gather_writes() {
+    use shapeproof::backend::Backend;
+    use shapeproof::dtype::{F8E4M3, e4m3_from_f32};
+    use shapeproof::layout::MlaLatentKv;
+    use shapeproof::ops::mla_cache::MlaCacheGather;
+    use shapeproof::ops::sparse_mla::{HeadTiling, SparseMlaInputs, SparseMlaPrefill};
+    const H: usize = 128;
+    const TOPK: usize = 512;
+    let g = gpu();
+    let mut rng = common::rng("the_paged_prefill_reads_the_values_the_gather_writes");
+    let (pages, rows) = (8, 7);
+    let slots = pages * 64;
+    let bytes = hostile_cache_bytes(&mut rng, pages);
+    let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), pages).unwrap();
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| match rng.random_range(0..20) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..50),
+            2 => 7, // repeated
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    let lengths: Vec<i32> = (0..rows)
+        .map(|r| match r % 6 {
+            1 => 0,
+            2 => rng.random_range(1..TOPK as i32),
+            4 => -5,
+            5 => TOPK as i32 + 17,
+            _ => TOPK as i32,
+        })
+        .collect();
+    let sm_scale = 1.0 / (MLA_CACHE_DIM as f32).sqrt();
+    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
+        Tensor::from_host(&g, "q", &q, rows).unwrap(),
+        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
+        sm_scale,
+    )
+    .unwrap()
+    .with_lengths(Tensor::from_host(&g, "lengths", &lengths, rows).unwrap())
+    .unwrap();
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
+    let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
+    DecodeThroughPrefill::<H, TOPK>::new()
+        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (got_out, got_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+
+    // The same step through a workspace: row r · TOPK + j holds position j of row r.
+    let mut slot_of = vec![-1i32; rows * TOPK];
+    let mut position = vec![-1i32; rows * TOPK];
+    for (r, &length) in lengths.iter().enumerate() {
+        let length = length.clamp(0, TOPK as i32) as usize;
+        for j in 0..length {
+            let at = r * TOPK + j;
+            if (0..slots as i32).contains(&indices[at]) {
+                slot_of[at] = indices[at];
+                position[at] = at as i32;
+            }
+        }
+    }
+    let n = rows * TOPK;
+    let mut kv = MlaLatentKv::<Cuda, 576>::new(
+        &g,
+        g.upload(&vec![F8E4M3::from_bits(0x7F); n * 576]).unwrap(),
+        n,
+        7.0,
+    )
+    .unwrap();
+    MlaCacheGather::<64, 128>::new()
+        .run(
+            &g,
+            &cache,
+            &Tensor::from_host(&g, "index", &slot_of, n).unwrap(),
+            &mut kv,
+            None,
+        )
+        .unwrap();
+    let q8: Vec<F8E4M3> = q.iter().map(|v| e4m3_from_f32(v.to_f32())).collect();
+    let inputs = SparseMlaInputs::new(
+        Tensor::from_host(&g, "q", &q8, rows).unwrap(),
+        Tensor::from_host(&g, "q_scale", &[1.0f32], 1).unwrap(),
+        Tensor::from_host(&g, "indices", &position, rows).unwrap(),
+        sm_scale,
+    )
+    .unwrap();
+    let (mut want_out, mut want_lse) = poisoned::<Cuda, H>(&g, rows);
+    let mut max_logits = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    SparseMlaPrefill::<576, H, TOPK>::new()
+        .with_tiling(HeadTiling::Tiles64)
+        .run(
+            &g,
+            &inputs,
+            &kv,
+            &mut want_out,
+            &mut max_logits,
+            &mut want_lse,
+        )
+        .unwrap();
+    let (want_out, want_lse) = (want_out.to_host(&g).unwrap(), want_lse.to_host(&g).unwrap());
+    for (i, (a, b)) in got_out.iter().zip(&want_out).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "out {i} (row {}): {a} vs {b}",
+            i / (H * 512)
+        );
+    }
+    for (i, (a, b)) in got_lse.iter().zip(&want_lse).enumerate() {
+        assert_eq!(a.to_bits(), b.to_bits(), "lse {i}: {a} vs {b}");
+    }
+    assert!(got_out.iter().all(|v| !v.is_nan()), "every output finite");
+}

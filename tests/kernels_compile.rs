@@ -30,8 +30,9 @@ macro_rules! for_each_head_count {
 use shapeproof::ops::mxfp8_quantize::Mxfp8QuantizeKernel;
 use shapeproof::ops::prologue::*;
 use shapeproof::ops::sparse_mla::{
-    Plain, SparseMlaNarrowKernel, SparseMlaWideKernel, WithLength, WithLengthAndSink,
-    sparse_mla_narrow_smem_bytes, sparse_mla_wide_smem_bytes,
+    Plain, SPARSE_MLA_PAGED_SMEM_BYTES, SparseMlaNarrowKernel, SparseMlaPagedKernel,
+    SparseMlaWideKernel, WithLength, WithLengthAndSink, sparse_mla_narrow_smem_bytes,
+    sparse_mla_wide_smem_bytes,
 };
 use shapeproof::ops::topk::TopkKernel;
 
@@ -295,6 +296,11 @@ fn sparse_mla_decode() {
     compiles_with::<SparseMlaDecodeKernel<16, 2048>>(&mirror(
         "decode::kSmemBytes",
         DECODE_SMEM_BYTES,
+    ));
+    // Its prefill: the 64-head kernel's paged variant.
+    compiles_with::<SparseMlaPagedKernel>(&mirror(
+        "sparse_mla::Smem<576, true>::kBytes",
+        SPARSE_MLA_PAGED_SMEM_BYTES,
     ));
 }
 

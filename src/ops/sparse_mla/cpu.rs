@@ -34,7 +34,9 @@ fn e4m3_table() -> [f32; 256] {
     std::array::from_fn(|b| e4m3_to_f32(float8::F8E4M3::from_bits(b as u8)))
 }
 
-fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu>) {
+/// The reference over one checked call (also the paged decode-through-prefill's, a row at a
+/// time).
+pub(crate) fn reference(d_qk: usize, heads: usize, topk: usize, call: SparseMlaCall<'_, Cpu>) {
     let lut = e4m3_table();
     let SparseMlaCall {
         s_kv,

@@ -28,22 +28,23 @@ const WIDE_THREADS: u32 = 384;
 crate::param_block! {
     /// The kernel's parameter block (`struct SparseMlaParams`), field for field.
     pub struct SparseMlaParams {
-        q: u64,
-        kv: u64,
-        indices: u64,
-        topk_length: u64,
-        attn_sink: u64,
-        q_scale: u64,
-        kv_scale: u64,
-        out: u64,
-        max_logits: u64,
-        lse: u64,
-        sm_scale: f32,
-        s_q: i32,
-        s_kv: i32,
-        h_q: i32,
-        head_tiles: i32,
-        topk: i32,
+        pub(crate) q: u64,
+        pub(crate) kv: u64,
+        pub(crate) indices: u64,
+        pub(crate) topk_length: u64,
+        pub(crate) attn_sink: u64,
+        pub(crate) q_scale: u64,
+        pub(crate) kv_scale: u64,
+        pub(crate) out: u64,
+        pub(crate) max_logits: u64,
+        pub(crate) lse: u64,
+        pub(crate) sm_scale: f32,
+        pub(crate) s_q: i32,
+        pub(crate) s_kv: i32,
+        pub(crate) h_q: i32,
+        pub(crate) head_tiles: i32,
+        pub(crate) topk: i32,
+        pub(crate) rope: u64,
     }
 }
 
@@ -67,6 +68,31 @@ pub struct SparseMlaNarrowKernel<const D_QK: usize, O, const TILE: usize>(Phanto
 pub const fn sparse_mla_wide_smem_bytes(d_qk: usize) -> u32 {
     (192 * d_qk + 119424) as u32
 }
+
+/// The 64-head kernel's paged variant, `sparse_mla_prefill_kernel<576, false, false, true>`
+/// (`kernels/sparse_mla_prefill.cu`, PAGED): its rows are read from the FP8 cache itself (656-byte
+/// rows, latent bytes scaled in shared memory by their group's scale), its RoPE values from the
+/// positions' e4m3 RoPE (`SparseMlaParams::rope`), its indices are cache slots. It runs
+/// [`DecodeThroughPrefill`](crate::ops::sparse_mla_decode::DecodeThroughPrefill), whose prepare
+/// kernel writes those indices and RoPE values.
+pub struct SparseMlaPagedKernel;
+
+/// Dynamic shared memory of one CTA of the paged variant: the 64-head kernel's at d_qk 576 and
+/// two more barriers and the two K slots' row scales (`192·576 + 119424 + 16 + 2048` = 232080
+/// bytes, of the 232448 an SM grants; the kernel asserts the same formula).
+pub const SPARSE_MLA_PAGED_SMEM_BYTES: u32 = sparse_mla_wide_smem_bytes(576) + 16 + 2048;
+
+impl CudaKernel for SparseMlaPagedKernel {
+    const SOURCE: &'static str = WIDE_SOURCE;
+    const DYNAMIC_SMEM_BYTES: u32 = SPARSE_MLA_PAGED_SMEM_BYTES;
+    type Params = SparseMlaParams;
+    fn instantiation() -> String {
+        "sparse_mla_prefill_kernel<576, false, false, true>".into()
+    }
+}
+
+/// Threads per CTA of the 64-head kernel and of its paged variant.
+pub(crate) const SPARSE_MLA_WIDE_THREADS: u32 = WIDE_THREADS;
 
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
 /// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
@@ -251,6 +277,7 @@ impl SparseMlaEntry for Cuda {
             h_q: HEADS as i32,
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
+            rope: 0,
         };
         // Work items (query row, head tile): at most 2^30, as `max_query_rows` bounded s_q at
         // the typed boundary.
@@ -480,6 +507,10 @@ mod mirror_tests {
                 }
             }
         }
+        let paged = SparseMlaPagedKernel::instantiation();
+        if let Err(e) = compile_kernel(WIDE_SOURCE, &paged, Arch::Sm90a) {
+            panic!("{paged} does not compile: {e}");
+        }
     }
 
     #[test]
@@ -492,6 +523,9 @@ mod mirror_tests {
                 sparse_mla_wide_smem_bytes(d)
             );
         }
+        probe += &format!(
+            "static_assert(sparse_mla::Smem<576, true>::kBytes == {SPARSE_MLA_PAGED_SMEM_BYTES}, \"Smem, paged\");\n"
+        );
         let source = WIDE_SOURCE;
         assert_compiles(
             source,

@@ -15,14 +15,14 @@
 //! (and the CUDA-only `record`).
 
 mod args;
-mod cpu;
-mod cuda;
-mod launch;
+pub(crate) mod cpu;
+pub(crate) mod cuda;
+pub(crate) mod launch;
 
 pub use args::{SparseMlaInputParts, SparseMlaInputs, padded_indices};
 pub use cuda::{
-    SparseMlaNarrowKernel, SparseMlaWideKernel, sparse_mla_narrow_smem_bytes,
-    sparse_mla_wide_smem_bytes,
+    SPARSE_MLA_PAGED_SMEM_BYTES, SparseMlaNarrowKernel, SparseMlaPagedKernel, SparseMlaWideKernel,
+    sparse_mla_narrow_smem_bytes, sparse_mla_wide_smem_bytes,
 };
 
 use std::marker::PhantomData;

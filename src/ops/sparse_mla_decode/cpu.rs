@@ -3,11 +3,19 @@
 
 use rayon::prelude::*;
 
-use super::launch::{DecodeCall, DecodeEntry, DecodePrepareCall};
+use super::launch::{DecodeCall, DecodeEntry, DecodePagedPrefillCall, DecodePrepareCall};
 use crate::backend::Cpu;
-use crate::dtype::{bf16, e4m3_from_f32};
+use crate::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, mla_fp8_decode_row};
+use crate::ops::sparse_mla::cpu::reference as prefill_reference;
+use crate::ops::sparse_mla::launch::{
+    LatentKvSlices, SparseMlaCall, SparseMlaOutputSlices, SparseMlaQuerySlices,
+};
+use crate::ops::sparse_mla::{D_V, HeadTiling};
+
+/// RoPE values of a cache row.
+const MLA_ROPE_DIM: usize = MLA_CACHE_DIM - MLA_LATENT_DIM;
 
 /// The CPU reference runs the op.
 impl super::RunDecode for Cpu {}
@@ -90,13 +98,15 @@ impl DecodeEntry for Cpu {
             rows,
             slots,
             queries,
+            cache,
             q8,
-            slots_flat,
-            positions,
+            slots_out,
+            rope,
         } = call;
         for (e, v) in q8.iter_mut().zip(queries.q.iter()) {
             *e = e4m3_from_f32(v.to_f32());
         }
+        let zero = F8E4M3::from_bits(0);
         for r in 0..rows {
             let length = queries
                 .lengths
@@ -105,9 +115,95 @@ impl DecodeEntry for Cpu {
                 let at = r * TOPK + j;
                 let slot = queries.indices[at];
                 let valid = j < length && slot >= 0 && (slot as usize) < slots;
-                slots_flat[at] = if valid { slot } else { -1 };
-                positions[at] = if valid { at as i32 } else { -1 };
+                slots_out[at] = if valid { slot } else { -1 };
+                let rope_at = &mut rope[at * MLA_ROPE_DIM..(at + 1) * MLA_ROPE_DIM];
+                if !valid {
+                    rope_at.fill(zero);
+                    continue;
+                }
+                let slot = slot as usize;
+                let row = mla_fp8_decode_row(
+                    cache[slot * MLA_FP8_ROW_BYTES..(slot + 1) * MLA_FP8_ROW_BYTES]
+                        .try_into()
+                        .expect("656 bytes"),
+                );
+                for (e, &v) in rope_at.iter_mut().zip(&row[MLA_LATENT_DIM..]) {
+                    *e = e4m3_from_f32(v);
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Each query row through the prefill's reference over the row's own workspace: its
+    /// `TOPK` slots' latent values re-cast to e4m3 at identity scale (as the cache gather
+    /// writes them) beside the prepared RoPE values, one row at a time (a row's workspace is
+    /// `TOPK × 576` bytes; the whole step's would be the caller's memory many times over).
+    unsafe fn sparse_mla_decode_paged_prefill<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePagedPrefillCall<'_, Cpu>,
+    ) -> Result<()> {
+        let DecodePagedPrefillCall {
+            rows,
+            slots,
+            q8,
+            unit_scale,
+            slots_in,
+            rope,
+            cache,
+            sm_scale,
+            out,
+            max_logits,
+            lse,
+        } = call;
+        let zero = F8E4M3::from_bits(0);
+        for r in 0..rows {
+            // [TOPK, 576] the row's workspace, [TOPK] its indices into it.
+            let mut kv = vec![zero; TOPK * MLA_CACHE_DIM];
+            let mut positions = vec![-1i32; TOPK];
+            for j in 0..TOPK {
+                let at = r * TOPK + j;
+                let slot = slots_in[at];
+                if slot < 0 || slot as usize >= slots {
+                    continue;
+                }
+                let slot = slot as usize;
+                let row = mla_fp8_decode_row(
+                    cache[slot * MLA_FP8_ROW_BYTES..(slot + 1) * MLA_FP8_ROW_BYTES]
+                        .try_into()
+                        .expect("656 bytes"),
+                );
+                let dst = &mut kv[j * MLA_CACHE_DIM..(j + 1) * MLA_CACHE_DIM];
+                for (e, &v) in dst.iter_mut().zip(&row[..MLA_LATENT_DIM]) {
+                    *e = e4m3_from_f32(v);
+                }
+                dst[MLA_LATENT_DIM..]
+                    .copy_from_slice(&rope[at * MLA_ROPE_DIM..(at + 1) * MLA_ROPE_DIM]);
+                positions[j] = j as i32;
+            }
+            let call = SparseMlaCall::<Cpu> {
+                s_q: 1,
+                s_kv: TOPK,
+                tiling: HeadTiling::Tiles64,
+                queries: SparseMlaQuerySlices {
+                    q: &q8[r * H_Q * MLA_CACHE_DIM..(r + 1) * H_Q * MLA_CACHE_DIM],
+                    q_scale: unit_scale,
+                    indices: &positions,
+                    topk_length: None,
+                    sink: None,
+                    sm_scale,
+                },
+                kv: LatentKvSlices {
+                    data: &kv,
+                    scale: unit_scale,
+                },
+                outputs: SparseMlaOutputSlices {
+                    out: &mut out[r * H_Q * D_V..(r + 1) * H_Q * D_V],
+                    max_logits: &mut max_logits[r * H_Q..(r + 1) * H_Q],
+                    lse: &mut lse[r * H_Q..(r + 1) * H_Q],
+                },
+            };
+            prefill_reference(MLA_CACHE_DIM, H_Q, TOPK, call);
         }
         Ok(())
     }

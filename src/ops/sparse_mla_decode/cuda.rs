@@ -4,7 +4,7 @@
 
 use std::marker::PhantomData;
 
-use super::launch::{DecodeCall, DecodeEntry, DecodePrepareCall};
+use super::launch::{DecodeCall, DecodeEntry, DecodePagedPrefillCall, DecodePrepareCall};
 use super::{DecodeQueries, DecodeWorkspace, RunDecode, SparseMlaDecode};
 use crate::backend::Cuda;
 use crate::backend::cuda::{
@@ -14,6 +14,9 @@ use crate::dim::Dim;
 use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache};
 use crate::ops::sparse_mla::OutRow;
+use crate::ops::sparse_mla::cuda::{
+    SPARSE_MLA_PAGED_SMEM_BYTES, SPARSE_MLA_WIDE_THREADS, SparseMlaPagedKernel, SparseMlaParams,
+};
 use crate::rules::{MlaCachePage, MlaScaleGroup};
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
 
@@ -63,16 +66,17 @@ crate::param_block! {
         q: u64,
         indices: u64,
         lengths: u64,
+        cache: u64,
         q8: u64,
-        slots_flat: u64,
-        positions: u64,
+        slots_out: u64,
+        rope: u64,
         rows: i32,
         slots: i32,
     }
 }
 
-/// `sparse_mla_decode_prepare_kernel<H_Q, TOPK>`: a step's q cast to e4m3 and the gather's
-/// slots and the prefill's indices written, one CTA a query row.
+/// `sparse_mla_decode_prepare_kernel<H_Q, TOPK>`: a step's q cast to e4m3, its masked slots
+/// and its positions' RoPE values in e4m3 written, for the paged prefill.
 pub struct SparseMlaDecodePrepareKernel<const H_Q: usize, const TOPK: usize>(
     PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
 );
@@ -217,9 +221,10 @@ impl DecodeEntry for Cuda {
             rows,
             slots,
             queries,
+            cache,
             mut q8,
-            mut slots_flat,
-            mut positions,
+            mut slots_out,
+            mut rope,
         } = call;
         if rows == 0 {
             return Ok(());
@@ -229,15 +234,16 @@ impl DecodeEntry for Cuda {
             q: args.read_vectors("q", &queries.q)?,
             indices: args.read("indices", &queries.indices)?,
             lengths: args.read_opt("lengths", queries.lengths.as_ref())?,
+            cache: args.read_vectors("kv_cache", &cache)?,
             q8: args.write_vectors("prefill workspace q", &mut q8)?,
-            slots_flat: args.write("prefill workspace slots", &mut slots_flat)?,
-            positions: args.write("prefill workspace indices", &mut positions)?,
+            slots_out: args.write("prefill workspace slots", &mut slots_out)?,
+            rope: args.write_vectors("prefill workspace rope", &mut rope)?,
             rows: rows as i32,
             slots: slots as i32,
         };
-        // Grid-stride loops: enough CTAs for four 16-byte words of q a thread, at most
-        // PREPARE_CTAS_PER_SM an SM (the loads of a few CTAs an SM saturate the memory).
-        let words = rows * H_Q * (MLA_CACHE_DIM / 8);
+        // Grid-stride loops: enough CTAs for four 16-byte words of q or of RoPE a thread, at
+        // most PREPARE_CTAS_PER_SM an SM (the loads of a few CTAs an SM saturate the memory).
+        let words = (rows * H_Q * (MLA_CACHE_DIM / 8)).max(rows * TOPK * 8);
         let ctas = words
             .div_ceil(PREPARE_THREADS as usize * 4)
             .clamp(1, (self.sm_count() * PREPARE_CTAS_PER_SM) as usize);
@@ -246,10 +252,66 @@ impl DecodeEntry for Cuda {
             block: (PREPARE_THREADS, 1, 1),
             smem_bytes: 0,
         };
-        // SAFETY: q holds rows × H_Q × 576 values and q8 as many bytes, indices, slots_flat and
-        // positions rows × TOPK, lengths rows (tied by `run`); the kernel guards every access by
-        // those extents (grid-stride loops), whatever the grid.
+        // SAFETY: q holds rows × H_Q × 576 values and q8 as many bytes, indices and slots_out
+        // rows × TOPK, rope rows × TOPK × 64 bytes, lengths rows, the cache `slots` rows of 656
+        // bytes (tied by `run`); the kernel guards every access by those extents (grid-stride
+        // loops) and reads only the rows of slots in `0 .. slots`, whatever the grid.
         unsafe { args.launch::<SparseMlaDecodePrepareKernel<H_Q, TOPK>>(shape, &params) }
+    }
+
+    unsafe fn sparse_mla_decode_paged_prefill<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePagedPrefillCall<'_, Cuda>,
+    ) -> Result<()> {
+        let DecodePagedPrefillCall {
+            rows,
+            slots,
+            q8,
+            unit_scale,
+            slots_in,
+            rope,
+            cache,
+            sm_scale,
+            mut out,
+            mut max_logits,
+            mut lse,
+        } = call;
+        if rows == 0 {
+            return Ok(());
+        }
+        let head_tiles = H_Q.div_ceil(64);
+        let mut args = DeviceArgs::new(self)?;
+        let params = SparseMlaParams {
+            q: args.read_vectors("prefill workspace q", &q8)?,
+            kv: args.read_vectors("kv_cache", &cache)?,
+            indices: args.read("prefill workspace slots", &slots_in)?,
+            topk_length: 0,
+            attn_sink: 0,
+            q_scale: args.read("prefill workspace scale", &unit_scale)?,
+            kv_scale: args.read("prefill workspace scale", &unit_scale)?,
+            out: args.write_vectors("out", &mut out)?,
+            max_logits: args.write("prefill workspace max_logits", &mut max_logits)?,
+            lse: args.write("lse", &mut lse)?,
+            sm_scale,
+            s_q: rows as i32,
+            s_kv: slots as i32,
+            h_q: H_Q as i32,
+            head_tiles: head_tiles as i32,
+            topk: TOPK as i32,
+            rope: args.read_vectors("prefill workspace rope", &rope)?,
+        };
+        // A persistent grid, one CTA an SM (fewer for fewer items), as the 64-head kernel's.
+        let items = (rows * head_tiles) as u32;
+        let shape = LaunchShape {
+            grid: (items.min(self.sm_count()), 1, 1),
+            block: (SPARSE_MLA_WIDE_THREADS, 1, 1),
+            smem_bytes: SPARSE_MLA_PAGED_SMEM_BYTES,
+        };
+        // SAFETY: q8 holds rows × H_Q × 576 bytes, slots_in rows × TOPK, rope rows × TOPK × 64
+        // bytes, the outputs rows × H_Q (× 512), the cache `slots` rows (tied by `run`,
+        // rows · TOPK ≤ i32::MAX); the kernel reads no row of a slot outside `0 .. slots` and
+        // writes only the rows × H_Q real heads.
+        unsafe { args.launch::<SparseMlaPagedKernel>(shape, &params) }
     }
 }
 

@@ -26,9 +26,26 @@ pub struct DecodePrepareCall<'a, B: Backend> {
     pub(crate) rows: usize,                       // query rows, B · s_q
     pub(crate) slots: usize,                      // cache slots
     pub(crate) queries: DecodeQuerySlices<'a, B>, // q [rows, H_Q, 576], indices [rows, TOPK], lengths [rows]
+    pub(crate) cache: B::Slice<'a, u8>,           // [slots, 656]
     pub(crate) q8: B::SliceMut<'a, F8E4M3>,       // [rows, H_Q, 576]
-    pub(crate) slots_flat: B::SliceMut<'a, i32>,  // [rows · TOPK]
-    pub(crate) positions: B::SliceMut<'a, i32>,   // [rows, TOPK]
+    pub(crate) slots_out: B::SliceMut<'a, i32>,   // [rows, TOPK]
+    pub(crate) rope: B::SliceMut<'a, F8E4M3>,     // [rows · TOPK, 64]
+}
+
+/// One checked prefill over a prepared step, reading the cache's rows directly; extents in the
+/// comments. Made only by `DecodeThroughPrefill::run`, from what its prepare call wrote.
+pub struct DecodePagedPrefillCall<'a, B: Backend> {
+    pub(crate) rows: usize,                      // query rows, B · s_q
+    pub(crate) slots: usize,                     // cache slots
+    pub(crate) q8: B::Slice<'a, F8E4M3>,         // [rows, H_Q, 576]
+    pub(crate) unit_scale: B::Slice<'a, f32>,    // [1], 1.0
+    pub(crate) slots_in: B::Slice<'a, i32>,      // [rows, TOPK] cache slots or -1
+    pub(crate) rope: B::Slice<'a, F8E4M3>,       // [rows · TOPK, 64]
+    pub(crate) cache: B::Slice<'a, u8>,          // [slots, 656]
+    pub(crate) sm_scale: f32,                    // natural-log units
+    pub(crate) out: B::SliceMut<'a, bf16>,       // [rows, H_Q, 512]
+    pub(crate) max_logits: B::SliceMut<'a, f32>, // [rows, H_Q]
+    pub(crate) lse: B::SliceMut<'a, f32>,        // [rows, H_Q]
 }
 
 /// The per-backend entry: the private supertrait of [`RunDecode`](super::RunDecode).
@@ -49,8 +66,8 @@ pub trait DecodeEntry: Backend + Sized {
         call: DecodeCall<'_, Self>,
     ) -> Result<()>;
 
-    /// Casts a step's q to e4m3 and writes the slots the gather reads and the prefill's
-    /// indices (docs/kernels/mla_cache.md §8.6).
+    /// Casts a step's q to e4m3 and writes its masked slots and the positions' RoPE values in
+    /// e4m3 (docs/kernels/mla_cache.md §8.6).
     ///
     /// # Safety
     /// `call` was assembled by `DecodeThroughPrefill::run`: `H_Q` one of 8, 16, 32, 64, 128 and
@@ -59,5 +76,16 @@ pub trait DecodeEntry: Backend + Sized {
     unsafe fn sparse_mla_decode_prepare<const H_Q: usize, const TOPK: usize>(
         &self,
         call: DecodePrepareCall<'_, Self>,
+    ) -> Result<()>;
+
+    /// The FP8 prefill of a prepared step over the cache's rows (docs/kernels/mla_cache.md
+    /// §8.6): the same values as the prefill over the gathered workspace.
+    ///
+    /// # Safety
+    /// As `sparse_mla_decode_prepare`, with the extents in `DecodePagedPrefillCall`'s comments
+    /// (the kernel reads no slot of `slots_in` outside `0 .. slots`, whatever it holds).
+    unsafe fn sparse_mla_decode_paged_prefill<const H_Q: usize, const TOPK: usize>(
+        &self,
+        call: DecodePagedPrefillCall<'_, Self>,
     ) -> Result<()>;
 }

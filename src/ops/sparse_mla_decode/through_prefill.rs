@@ -1,9 +1,11 @@
 //! The decode step through the FP8 sparse MLA prefill (docs/kernels/mla_cache.md §8.6): the
-//! step's q cast to e4m3, its top-k slots gathered from the cache into an e4m3 workspace (one
-//! row a (query row, position)), and the Q8KV8 prefill over that workspace. Where heads are
-//! many (64 and 128 a rank) the prefill's tensor-core rate outweighs the gather's bytes; the
-//! price is the prefill's precision class (e4m3 q and RoPE), which is why it is an op of its
-//! own and not a silent route of [`SparseMlaDecode`](super::SparseMlaDecode).
+//! step's q cast to e4m3 and its positions' RoPE values with it (a prepare kernel), then the
+//! Q8KV8 prefill's paged variant, which reads the step's top-k rows from the cache itself and
+//! scales their latent bytes by their group's scale in shared memory — the values a gather into
+//! an e4m3 workspace would have written, without the workspace. Where heads are many (64 and
+//! 128 a rank) the prefill's tensor-core rate outweighs everything else; the price is the
+//! prefill's precision class (e4m3 q and RoPE), which is why it is an op of its own and not a
+//! silent route of [`SparseMlaDecode`](super::SparseMlaDecode).
 
 use super::launch;
 use super::{DecodeQueries, RunDecode};
@@ -12,40 +14,41 @@ use crate::backend::cuda::{GraphRead, GraphRecorder, IsCuda, read_ref};
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
-use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache, MlaLatentKv};
-use crate::ops::mla_cache::{MlaCacheGather, RunMlaCache};
-use crate::ops::sparse_mla::{
-    OutRow, Plain, QRow, RunSparseMla, SparseMlaInputs, SparseMlaPrefill,
-};
+use crate::layout::{MLA_CACHE_DIM, MLA_LATENT_DIM, MlaFp8KvCache};
+use crate::ops::sparse_mla::{OutRow, QRow};
 use crate::rules::{DecodeHeads, HeadTile, MlaCachePage, MlaScaleGroup, PadsTo, TopkWidth};
 use crate::tensor::{Cols, Scalar, Storage, StorageMut, Tensor};
 
+/// RoPE values of a position (`576 − 512`).
+const ROPE_DIM: usize = MLA_CACHE_DIM - MLA_LATENT_DIM;
+
 /// The sparse MLA decode with `H_Q` query heads and `TOPK` slots a row, run as the FP8 prefill
-/// over the step's gathered rows. Same inputs and outputs as
+/// over the step's cache rows. Same inputs and outputs as
 /// [`SparseMlaDecode`](super::SparseMlaDecode); the scores use e4m3 q and e4m3 RoPE values
-/// (the prefill's numerics, docs/kernels/mla_cache.md §8.6) instead of bf16 ones.
+/// (the prefill's numerics, docs/kernels/mla_cache.md §8.6) instead of bf16 ones. On the GPU it
+/// runs the 64-head kernel whatever `H_Q` (8 to 32 heads pad a 64-head tile: at those head
+/// counts [`SparseMlaDecode`](super::SparseMlaDecode) is the faster op).
 pub struct DecodeThroughPrefill<const H_Q: usize, const TOPK: usize> {
-    prefill: SparseMlaPrefill<MLA_CACHE_DIM, H_Q, TOPK, Plain, H_Q>,
+    _heads: std::marker::PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
 }
 
-/// The scratch of [`DecodeThroughPrefill`] for one row count: e4m3 q, the gather's slots, the
-/// workspace of gathered rows (`rows · TOPK` of 576 bytes: 302 MB at 256 rows of top-k 2048),
-/// the prefill's indices and its max-logits output. Made once for a row count and reused by
-/// every step of that count.
+/// The scratch of [`DecodeThroughPrefill`] for one row count: e4m3 q, the step's masked slots,
+/// its positions' e4m3 RoPE values (`rows · TOPK · 64` bytes: 34 MB at 256 rows of top-k
+/// 2048) and the prefill's max-logits output. Made once for a row count and reused by every
+/// step of that count.
 ///
 /// The fields are private: their extents stay what `new` made them.
 pub struct PrefillDecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usize> {
     rows: usize,
     /// `[rows, H_Q, 576]` e4m3.
     q8: Tensor<B, F8E4M3, QRow<H_Q, MLA_CACHE_DIM>>,
-    /// `[1]`, 1.0 (identity scale).
-    q_scale: Tensor<B, f32, Scalar>,
-    /// `[rows · TOPK]` the slot each workspace row is gathered from, or -1.
-    slots: Tensor<B, i32, Scalar>,
-    /// `[rows, TOPK]` the prefill's indices into `kv`: `r · TOPK + j`, or -1.
-    positions: Tensor<B, i32, Cols<TOPK>>,
-    /// `[rows · TOPK, 576]` gathered rows, scale 1.
-    kv: MlaLatentKv<B, MLA_CACHE_DIM>,
+    /// `[1]`, 1.0 (identity scale of q and of the rows).
+    unit_scale: Tensor<B, f32, Scalar>,
+    /// `[rows, TOPK]` each position's cache slot, or -1 (past its row's length or outside the
+    /// cache).
+    slots: Tensor<B, i32, Cols<TOPK>>,
+    /// `[rows · TOPK · 64]` each position's RoPE values in e4m3 (zero where its slot is -1).
+    rope: Tensor<B, F8E4M3, Scalar>,
     /// `[rows, H_Q]` the prefill's max logits (not part of the decode's outputs).
     max_logits: Tensor<B, f32, Cols<H_Q>>,
 }
@@ -53,8 +56,8 @@ pub struct PrefillDecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usiz
 impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, H_Q, TOPK> {
     /// The scratch of steps of `rows` query rows (`rows · TOPK` at most `i32::MAX`).
     pub fn new(backend: &B, rows: usize) -> Result<Self> {
-        let gathered = Error::elements("workspace", rows, TOPK)?;
-        if gathered > i32::MAX as usize {
+        let positions = Error::elements("workspace", rows, TOPK)?;
+        if positions > i32::MAX as usize {
             return Err(Error::Value {
                 param: "rows",
                 value: rows as i64,
@@ -67,15 +70,9 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, 
         Ok(Self {
             rows,
             q8: Tensor::zeros(backend, rows)?,
-            q_scale: Tensor::from_host(backend, "q_scale", &[1.0f32], 1)?,
-            slots: Tensor::zeros(backend, gathered)?,
-            positions: Tensor::zeros(backend, rows)?,
-            kv: MlaLatentKv::new(
-                backend,
-                backend.zeros(Error::elements("workspace", gathered, MLA_CACHE_DIM)?)?,
-                gathered,
-                1.0,
-            )?,
+            unit_scale: Tensor::from_host(backend, "unit_scale", &[1.0f32], 1)?,
+            slots: Tensor::zeros(backend, rows)?,
+            rope: Tensor::zeros(backend, Error::elements("workspace", positions, ROPE_DIM)?)?,
             max_logits: Tensor::zeros(backend, rows)?,
         })
     }
@@ -95,7 +92,7 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         Dim<TOPK>: TopkWidth,
     {
         Self {
-            prefill: SparseMlaPrefill::new(),
+            _heads: std::marker::PhantomData,
         }
     }
 
@@ -113,7 +110,7 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         lse: &mut Tensor<B, f32, Cols<H_Q>, SO>,
     ) -> Result<()>
     where
-        B: RunDecode + RunMlaCache + RunSparseMla,
+        B: RunDecode,
         SQ: Storage<B>,
         SC: Storage<B>,
         SO: StorageMut<B>,
@@ -121,46 +118,43 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         Dim<GROUP>: MlaScaleGroup,
     {
         let rows = super::check_step(queries, out, lse, workspace.rows)?;
+        let slots = cache.slots();
         // SAFETY: `new`'s bounds (H_Q a decode head count, TOPK a multiple of 128); the queries
         // tie q, indices and lengths to `rows`; the workspace was made for `rows` (checked
-        // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX, positions
-        // rows × TOPK; the cache holds `slots` ≤ i32::MAX rows.
+        // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX, rope rows × TOPK ×
+        // 64; the cache holds `slots` ≤ i32::MAX rows.
         unsafe {
             backend.sparse_mla_decode_prepare::<H_Q, TOPK>(launch::DecodePrepareCall {
                 rows,
-                slots: cache.slots(),
+                slots,
                 queries: queries.slices(),
+                cache: cache.slice(),
                 q8: workspace.q8.as_slice_mut(),
-                slots_flat: workspace.slots.as_slice_mut(),
-                positions: workspace.positions.as_slice_mut(),
+                slots_out: workspace.slots.as_slice_mut(),
+                rope: workspace.rope.as_slice_mut(),
             })?;
         }
-        MlaCacheGather::<PAGE, GROUP>::new().run(
-            backend,
-            cache,
-            &workspace.slots,
-            &mut workspace.kv,
-            None,
-        )?;
-        let inputs = SparseMlaInputs::new(
-            workspace.q8.view(),
-            workspace.q_scale.view(),
-            workspace.positions.view(),
-            queries.sm_scale(),
-        )?;
-        self.prefill.run(
-            backend,
-            &inputs,
-            &workspace.kv,
-            &mut out.view_mut(),
-            &mut workspace.max_logits.view_mut(),
-            &mut lse.view_mut(),
-        )
+        // SAFETY: as above; the outputs were tied to `rows` by `check_step`.
+        unsafe {
+            backend.sparse_mla_decode_paged_prefill::<H_Q, TOPK>(launch::DecodePagedPrefillCall {
+                rows,
+                slots,
+                q8: workspace.q8.as_slice(),
+                unit_scale: workspace.unit_scale.as_slice(),
+                slots_in: workspace.slots.as_slice(),
+                rope: workspace.rope.as_slice(),
+                cache: cache.slice(),
+                sm_scale: queries.sm_scale(),
+                out: out.as_slice_mut(),
+                max_logits: workspace.max_logits.as_slice_mut(),
+                lse: lse.as_slice_mut(),
+            })
+        }
     }
 }
 
 impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
-    /// Records the same step as [`run`](Self::run) into a CUDA graph (its three launches, after
+    /// Records the same step as [`run`](Self::run) into a CUDA graph (its two launches, after
     /// the same checks): the graph borrows the queries, the cache, the workspace and both
     /// outputs until it is dropped, so none can be freed or swapped while it can replay. The
     /// cache is a `&'g` borrow or the one the step's `MlaCacheStore::record` handed back.
@@ -174,7 +168,7 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         lse: &'g mut Tensor<B, f32, Cols<H_Q>, SO>,
     ) -> Result<()>
     where
-        B: RunDecode + RunMlaCache + RunSparseMla + IsCuda,
+        B: RunDecode + IsCuda,
         SQ: Storage<B>,
         SC: Storage<B> + 'g,
         SO: StorageMut<B>,
