@@ -134,6 +134,7 @@ pub fn write_json(file: &str, records: &[Record]) {
             format!("    {{\"name\": \"{}\", {}}}", r.name, fields.join(", "))
         })
         .collect();
+    std::fs::create_dir_all(&dir).unwrap();
     let path = std::path::Path::new(&dir).join(file);
     let text = format!(
         "{{\n  \"commit\": \"{commit}\",\n  \"gpu\": \"{gpu}\",\n  \"date\": \"{}\",\n  \"records\": [\n{}\n  ]\n}}\n",
