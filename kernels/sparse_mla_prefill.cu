@@ -12,6 +12,15 @@
 // must be a multiple of 128 (the library's rule): both sides count a CTA's blocks in whole
 // pairs. SPARSE_MLA_WIDE_PERSISTENT tells the kernel harness (bench/harness) to launch a
 // kernel file so.
+//
+// PAGED (the fourth template argument; d_qk 576, no length or sink inputs): the variant that
+// `DecodeThroughPrefill` runs over the FP8 cache itself (docs/kernels/mla_cache.md §8.6). kv is
+// the cache ([s_kv, 656] rows), p.rope the positions' RoPE values in e4m3 ([s_q * topk, 64]);
+// the gathers copy a row's latent bytes raw and its four scales into the slot's scale area, the
+// owner warpgroup rewrites its block's latent bytes in place as the cache gather's values
+// before its S reads them, and the producer builds V^T from the rewritten bytes (kBarKConv).
+// Dynamic shared memory 192 * 576 + 119424 + 16 + 2048 = 232080 bytes (two more barriers and
+// the scales).
 #define SPARSE_MLA_WIDE_PERSISTENT 1
 //
 // Persistence. K and V^T slots and their barrier phases count blocks across a CTA's items, so
