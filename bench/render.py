@@ -680,21 +680,34 @@ def mla_decode(run, torch, results_dir):
 
 
 def decode_through_prefill(run, limit):
-    """The same decode steps through `DecodeThroughPrefill` (q cast, gather, FP8 prefill), with
-    their distance from the decode's output: a route of another precision class."""
+    """The same decode steps through `DecodeThroughPrefill` (prepare, then the FP8 prefill
+    reading the cache rows), beside the route it replaced (the gather into a workspace and the
+    prefill over it), with their distance from the decode's output: a route of another
+    precision class."""
     recs = run.matching(r"through_prefill_b(\d+)_sq(\d+)_h(\d+)_topk(\d+)")
     if not recs:
         return []
-    rows = [["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1),
-             num(f.get("gather_us"), 1), num(f.get("tflops"), 0),
-             DASH if limit is None else pct(f.get("tflops") / limit),
-             sci(f.get("max_abs_vs_decode"), 1), sci(f.get("cos_dist_vs_decode"), 1)]
+    routes = any(not missing(f.get("workspace_route_us")) for _, _, f in recs)
+    rows = [["({}, {}, {}, {})".format(*m.groups()), num(f.get("us"), 1)]
+            + ([num(f.get("workspace_route_us"), 1)] if routes else [])
+            + [num(f.get("gather_us"), 1), num(f.get("tflops"), 0),
+               DASH if limit is None else pct(f.get("tflops") / limit),
+               sci(f.get("max_abs_vs_decode"), 1), sci(f.get("cos_dist_vs_decode"), 1)]
             for m, _, f in recs]
-    header = ["(B, s_q, h_q, TOPK)", "µs (q cast + gather + prefill)", "the gather alone µs",
-              "TFLOP/s", "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
-    return (prose("The same steps through the FP8 prefill (`DecodeThroughPrefill`: q cast to "
-                  "e4m3, the gather of the rows into a workspace, the prefill), same run:")
-            + table(header, rows) + [""])
+    if routes:
+        header = ["(B, s_q, h_q, TOPK)", "µs (prepare + paged prefill)",
+                  "gather + workspace prefill µs", "the gather alone µs", "TFLOP/s",
+                  "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
+        text = ("The same steps through the FP8 prefill (`DecodeThroughPrefill`: q and the "
+                "positions' RoPE cast to e4m3, then the prefill reading the cache rows), beside "
+                "the route it replaced (the gather into a workspace and the prefill over it, q "
+                "cast beforehand and not timed), same run:")
+    else:
+        header = ["(B, s_q, h_q, TOPK)", "µs (q cast + gather + prefill)", "the gather alone µs",
+                  "TFLOP/s", "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
+        text = ("The same steps through the FP8 prefill (`DecodeThroughPrefill`: q cast to "
+                "e4m3, the gather of the rows into a workspace, the prefill), same run:")
+    return prose(text) + table(header, rows) + [""]
 
 
 def share(part, whole):
