@@ -300,6 +300,35 @@ where
     on_host(b, &out, &lse)
 }
 
+/// A step's slots and lengths for the routes through the prefill: slots -1, past the cache
+/// (`slots` and up) and repeated (slot 7) among random ones; row `r`'s length full, empty,
+/// short, full, negative (empty) or past `topk` (clamped) by `r % 6`.
+fn prefill_step_indices(
+    rng: &mut impl Rng,
+    rows: usize,
+    topk: usize,
+    slots: usize,
+) -> (Vec<i32>, Vec<i32>) {
+    let indices = (0..rows * topk)
+        .map(|_| match rng.random_range(0..20) {
+            0 => -1,
+            1 => slots as i32 + rng.random_range(0..50),
+            2 => 7,
+            _ => rng.random_range(0..slots as i32),
+        })
+        .collect();
+    let lengths = (0..rows)
+        .map(|r| match r % 6 {
+            1 => 0,
+            2 => rng.random_range(1..topk as i32),
+            4 => -5,
+            5 => topk as i32 + 17,
+            _ => topk as i32,
+        })
+        .collect();
+    (indices, lengths)
+}
+
 /// The step through the prefill on the GPU against the same route on the CPU (the prefill's
 /// reference over the gathered workspace), with the prefill's tolerances (tests/gpu_sparse_mla.rs:
 /// out 8e-2 + max|v| / 16 absolute and 8e-2 relative for the e4m3 softmax weights, and each
@@ -329,23 +358,7 @@ where
             _ => -(2f32.powi(-10)),
         });
     }
-    let indices: Vec<i32> = (0..rows * TOPK)
-        .map(|_| match rng.random_range(0..20) {
-            0 => -1,
-            1 => slots as i32 + rng.random_range(0..50),
-            _ => rng.random_range(0..slots as i32),
-        })
-        .collect();
-    // Row r: full, empty, short, full, negative (empty), past TOPK (clamped), ...
-    let lengths: Vec<i32> = (0..rows)
-        .map(|r| match r % 6 {
-            1 => 0,
-            2 => rng.random_range(1..TOPK as i32),
-            4 => -5,
-            5 => TOPK as i32 + 17,
-            _ => TOPK as i32,
-        })
-        .collect();
+    let (indices, lengths) = prefill_step_indices(&mut rng, rows, TOPK, slots);
     let s = Step {
         pages,
         cache_rows,
@@ -525,23 +538,7 @@ fn the_paged_prefill_reads_the_values_the_gather_writes() {
     let bytes = hostile_cache_bytes(&mut rng, pages);
     let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), pages).unwrap();
     let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
-    let indices: Vec<i32> = (0..rows * TOPK)
-        .map(|_| match rng.random_range(0..20) {
-            0 => -1,
-            1 => slots as i32 + rng.random_range(0..50),
-            2 => 7, // repeated
-            _ => rng.random_range(0..slots as i32),
-        })
-        .collect();
-    let lengths: Vec<i32> = (0..rows)
-        .map(|r| match r % 6 {
-            1 => 0,
-            2 => rng.random_range(1..TOPK as i32),
-            4 => -5,
-            5 => TOPK as i32 + 17,
-            _ => TOPK as i32,
-        })
-        .collect();
+    let (indices, lengths) = prefill_step_indices(&mut rng, rows, TOPK, slots);
     let sm_scale = 1.0 / (MLA_CACHE_DIM as f32).sqrt();
     let queries = DecodeQueries::<Cuda, H, TOPK>::new(
         Tensor::from_host(&g, "q", &q, rows).unwrap(),

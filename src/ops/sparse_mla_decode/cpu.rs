@@ -17,6 +17,12 @@ use crate::ops::sparse_mla::{D_V, HeadTiling};
 /// RoPE values of a cache row.
 const MLA_ROPE_DIM: usize = MLA_CACHE_DIM - MLA_LATENT_DIM;
 
+/// The values of cache row `slot` (the caller checked `slot` against the cache's rows).
+fn cache_row(cache: &[u8], slot: usize) -> [f32; MLA_CACHE_DIM] {
+    let row = &cache[slot * MLA_FP8_ROW_BYTES..(slot + 1) * MLA_FP8_ROW_BYTES];
+    mla_fp8_decode_row(row.try_into().expect("a cache row is 656 bytes"))
+}
+
 /// The CPU reference runs the op.
 impl super::RunDecode for Cpu {}
 
@@ -51,10 +57,7 @@ impl DecodeEntry for Cpu {
                 let keys: Vec<[f32; MLA_CACHE_DIM]> = queries.indices[r * TOPK..r * TOPK + length]
                     .iter()
                     .filter(|&&s| s >= 0 && (s as usize) < slots)
-                    .map(|&s| {
-                        let at = s as usize * MLA_FP8_ROW_BYTES;
-                        mla_fp8_decode_row(cache[at..at + MLA_FP8_ROW_BYTES].try_into().unwrap())
-                    })
+                    .map(|&s| cache_row(cache, s as usize))
                     .collect();
                 for h in 0..H_Q {
                     let q = &queries.q[(r * H_Q + h) * MLA_CACHE_DIM..][..MLA_CACHE_DIM];
@@ -121,12 +124,7 @@ impl DecodeEntry for Cpu {
                     rope_at.fill(zero);
                     continue;
                 }
-                let slot = slot as usize;
-                let row = mla_fp8_decode_row(
-                    cache[slot * MLA_FP8_ROW_BYTES..(slot + 1) * MLA_FP8_ROW_BYTES]
-                        .try_into()
-                        .expect("656 bytes"),
-                );
+                let row = cache_row(cache, slot as usize);
                 for (e, &v) in rope_at.iter_mut().zip(&row[MLA_LATENT_DIM..]) {
                     *e = e4m3_from_f32(v);
                 }
@@ -167,12 +165,7 @@ impl DecodeEntry for Cpu {
                 if slot < 0 || slot as usize >= slots {
                     continue;
                 }
-                let slot = slot as usize;
-                let row = mla_fp8_decode_row(
-                    cache[slot * MLA_FP8_ROW_BYTES..(slot + 1) * MLA_FP8_ROW_BYTES]
-                        .try_into()
-                        .expect("656 bytes"),
-                );
+                let row = cache_row(cache, slot as usize);
                 let dst = &mut kv[j * MLA_CACHE_DIM..(j + 1) * MLA_CACHE_DIM];
                 for (e, &v) in dst.iter_mut().zip(&row[..MLA_LATENT_DIM]) {
                     *e = e4m3_from_f32(v);
