@@ -457,3 +457,63 @@ fn the_model_derives_both_decode_routes() {
     let _: SparseMlaDecode<64, 2048> = ds::Decode::new();
     let _: DecodeThroughPrefill<64, 2048> = ds::DecodeThroughPrefill::new();
 }
+
+/// The paged prefill's rule for re-casting a latent byte in f16 (`scale_exact_in_f16` in
+/// kernels/sparse_mla_prefill.cu): for every scale it admits, every e4m3 byte comes out of the
+/// f16 arithmetic (`cvt` e4m3x2→f16x2, the scale rounded to f16, one f16 multiply,
+/// `cvt.satfinite` back) as the cache gather's f32 arithmetic writes it. Checked exhaustively
+/// over the bytes for every power of two from 2^-149 to 2^127, zero, subnormals, infinities and
+/// NaN, on the host: the f32 product of two f16 values is exact, so rounding it to f16 is the
+/// f16 multiply. Two scales outside the rule (2^16, and one that is not a power of two) differ
+/// for some byte: the rule is what keeps the fast path exact.
+#[test]
+fn the_paged_prefills_f16_rescale_is_the_gathers_value_wherever_it_is_taken() {
+    use half::f16;
+    // The kernel's predicate, as written there.
+    fn scale_exact_in_f16(scale: f32) -> bool {
+        let bits = scale.to_bits();
+        let e = (bits >> 23) & 0xff;
+        e == 0 || e == 0xff || ((bits & 0x7f_ffff) == 0 && e <= 127 + 15)
+    }
+    let through_f16 = |byte: u8, scale: f32| {
+        let x = f16::from_f32(e4m3_to_f32(F8E4M3::from_bits(byte)));
+        let s = f16::from_f32(scale);
+        e4m3_from_f32(f16::from_f32(x.to_f32() * s.to_f32()).to_f32()).to_bits()
+    };
+    let through_f32 = |byte: u8, scale: f32| {
+        e4m3_from_f32(e4m3_to_f32(F8E4M3::from_bits(byte)) * scale).to_bits()
+    };
+    let mut scales: Vec<f32> = (-149..=127).map(|e| 2f32.powi(e)).collect();
+    scales.extend([
+        0.0,
+        -0.0,
+        f32::from_bits(1),
+        f32::from_bits(0x0040_0001),
+        f32::INFINITY,
+        f32::NAN,
+    ]);
+    let mut checked = 0;
+    for &scale in &scales {
+        if !scale_exact_in_f16(scale) {
+            continue;
+        }
+        for byte in 0..=255u8 {
+            assert_eq!(
+                through_f16(byte, scale),
+                through_f32(byte, scale),
+                "byte {byte:#04x} times {scale:e}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 150, "{checked} scales admitted");
+    // 1.0625 + 2^-20: f16 rounds it to 1.0625, so 1.0 times it lands on the midpoint between
+    // 1.0 and 1.125 (rounding to 1.0) instead of just above it (1.125).
+    for scale in [2f32.powi(16), 1.0625 + 2f32.powi(-20)] {
+        assert!(!scale_exact_in_f16(scale));
+        assert!(
+            (0..=255u8).any(|b| through_f16(b, scale) != through_f32(b, scale)),
+            "{scale:e} outside the rule differs for some byte"
+        );
+    }
+}
