@@ -83,7 +83,7 @@ def main():
                         "shapeproof_us": ours, "eager_over_shapeproof": ratio(eager),
                         "compiled_over_shapeproof": ratio(comp)})
     if args.out:
-        write_records(args.out, records)
+        write_records(args.out, records, source=args.json)
 
 
 if __name__ == "__main__":

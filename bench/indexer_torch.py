@@ -193,7 +193,7 @@ def main():
         del pages, scales, table, q, w, out
         torch.cuda.empty_cache()
     if args.out:
-        write_records(args.out, records)
+        write_records(args.out, records, source=args.json)
 
 
 if __name__ == "__main__":

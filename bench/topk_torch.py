@@ -68,7 +68,7 @@ def main():
                         "eager_over_shapeproof": ratio(eager),
                         "compiled_over_shapeproof": ratio(comp)})
     if args.out:
-        write_records(args.out, records)
+        write_records(args.out, records, source=args.json)
 
 
 if __name__ == "__main__":

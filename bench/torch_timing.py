@@ -34,10 +34,16 @@ def rust_records(path):
         return {r["name"]: r for r in json.load(f)["records"]}
 
 
-def write_records(path, records):
-    """`records` in the benchmarks' JSON format (commit, GPU, date, PyTorch version)."""
+def write_records(path, records, source=None):
+    """`records` in the benchmarks' JSON format (commit, GPU, date, PyTorch version). The
+    commit is `$SHAPEPROOF_COMMIT`, else that of `source` (the benchmark JSON whose timings the
+    shapeproof column holds: the same run)."""
+    commit = os.environ.get("SHAPEPROOF_COMMIT")
+    if not commit and source and os.path.exists(source):
+        with open(source) as f:
+            commit = json.load(f).get("commit")
     with open(path, "w") as f:
-        json.dump({"commit": os.environ.get("SHAPEPROOF_COMMIT", "unknown"),
+        json.dump({"commit": commit or "unknown",
                    "gpu": torch.cuda.get_device_name(0),
                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
                    "torch": torch.__version__, "records": records}, f, indent=2)
