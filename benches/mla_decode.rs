@@ -359,24 +359,9 @@ fn bench_prefill_from_cache(
     });
 }
 
-fn main() {
-    let g = gpu();
-    let mut rng = StdRng::seed_from_u64(0xDEC0);
-    println!("# sparse MLA decode benchmark on {}", g.describe());
-    let limit = fp8_matmul_limit();
-    let copy = copy_bandwidth_gbs(&g);
-    println!("FP8 matmul rate, same run: {limit:?} TFLOP/s; copy bandwidth {copy:.0} GB/s");
-    let mut records = vec![
-        Record {
-            name: "fp8_matmul".into(),
-            fields: vec![("tflops", limit.unwrap_or(f64::NAN))],
-        },
-        Record {
-            name: "copy".into(),
-            fields: vec![("gbs", copy)],
-        },
-    ];
-    // A cache of random e4m3 bytes (never NaN) with scales 1/64 and small RoPE values.
+/// A cache of `PAGES` pages of random e4m3 bytes (never NaN) with scales 1/64 and small RoPE
+/// values.
+fn random_cache(g: &Cuda, rng: &mut StdRng) -> DeepSeekV32KvCache<Cuda> {
     let mut bytes: Vec<u8> = (0..PAGES * 64 * 656)
         .map(|_| rng.random::<u8>() & 0xF7)
         .collect();
@@ -391,7 +376,87 @@ fn main() {
             row[528 + 2 * r..530 + 2 * r].copy_from_slice(&v);
         }
     }
-    let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), PAGES).unwrap();
+    DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), PAGES).unwrap()
+}
+
+/// `MLA_DECODE_PROFILE="B,S_Q,H"`: only that decode step's row (H one of 8, 16, 64, 128), no
+/// limits measured and no JSON written — a short process for a profiler, e.g.
+/// `ncu --kernel-name regex:sparse_mla_decode_kernel --launch-skip 5 --launch-count 1 …`.
+fn profile_shape() -> Option<(usize, usize, usize)> {
+    let spec = std::env::var("MLA_DECODE_PROFILE").ok()?;
+    let n: Vec<usize> = spec
+        .split(',')
+        .map(|x| x.trim().parse().expect("MLA_DECODE_PROFILE is B,S_Q,H"))
+        .collect();
+    assert_eq!(n.len(), 3, "MLA_DECODE_PROFILE is B,S_Q,H");
+    Some((n[0], n[1], n[2]))
+}
+
+fn main() {
+    let g = gpu();
+    let mut rng = StdRng::seed_from_u64(0xDEC0);
+    println!("# sparse MLA decode benchmark on {}", g.describe());
+    if let Some((batch, s_q, heads)) = profile_shape() {
+        let cache = random_cache(&g, &mut rng);
+        let mut records = Vec::new();
+        println!(
+            "\n| (B, s_q, h_q, TOPK) | µs | µs a step in a graph | TFLOP/s | of FP8 matmul | rows read alone µs | graph over rows read |"
+        );
+        match heads {
+            8 => drop(bench::<8>(
+                &g,
+                &mut rng,
+                &cache,
+                batch,
+                s_q,
+                None,
+                &mut records,
+            )),
+            16 => drop(bench::<16>(
+                &g,
+                &mut rng,
+                &cache,
+                batch,
+                s_q,
+                None,
+                &mut records,
+            )),
+            64 => drop(bench::<64>(
+                &g,
+                &mut rng,
+                &cache,
+                batch,
+                s_q,
+                None,
+                &mut records,
+            )),
+            128 => drop(bench::<128>(
+                &g,
+                &mut rng,
+                &cache,
+                batch,
+                s_q,
+                None,
+                &mut records,
+            )),
+            h => panic!("MLA_DECODE_PROFILE: {h} heads (8, 16, 64 or 128)"),
+        }
+        return;
+    }
+    let limit = fp8_matmul_limit();
+    let copy = copy_bandwidth_gbs(&g);
+    println!("FP8 matmul rate, same run: {limit:?} TFLOP/s; copy bandwidth {copy:.0} GB/s");
+    let mut records = vec![
+        Record {
+            name: "fp8_matmul".into(),
+            fields: vec![("tflops", limit.unwrap_or(f64::NAN))],
+        },
+        Record {
+            name: "copy".into(),
+            fields: vec![("gbs", copy)],
+        },
+    ];
+    let cache = random_cache(&g, &mut rng);
     println!(
         "\n| (B, s_q, h_q, TOPK) | µs | µs a step in a graph | TFLOP/s | of FP8 matmul | rows read alone µs | graph over rows read |"
     );
