@@ -20,6 +20,8 @@
 #                     bundle's candidates run after new, their JSON in cand-<commit>/ (with
 #                     the FP8 matmul rate, as every round)
 #   BENCH_PACK=FILE   (bench, compare) every file of $BENCH_JSON_DIR packed into FILE at the end
+#   PACK_AT=SECONDS   (with BENCH_PACK) also pack what is there after SECONDS, in the background:
+#                     a call stopped at its time limit still returns the JSON written so far
 #   run.sh examples   the example model ports
 #   run.sh harness …  the sparse MLA kernel harness (bench/harness): `run.sh harness check base`,
 #                     `run.sh harness time`, … (built into the bundle from the committed kernels,
@@ -240,6 +242,15 @@ pack() {
     [ -n "${BENCH_PACK:-}" ] || return 0
     tar czf "$BENCH_PACK" -C "$BENCH_JSON_DIR" . && echo "== packed $BENCH_JSON_DIR into $BENCH_PACK"
 }
+
+# PACK_AT=SECONDS: the same packing after that many seconds, whatever the mode is doing then.
+if [ -n "${BENCH_PACK:-}" ] && [ -n "${PACK_AT:-}" ]; then
+    export BENCH_JSON_DIR=${BENCH_JSON_DIR:-$PWD}
+    mkdir -p "$BENCH_JSON_DIR"
+    ( sleep "$PACK_AT" && pack ) &
+    packer=$!
+    trap 'kill "$packer" 2>/dev/null' EXIT  # done before then: the end's packing is the one
+fi
 
 case "$mode" in
     tests) run_tests "$@" ;;
