@@ -91,9 +91,6 @@ impl CudaKernel for SparseMlaPagedKernel {
     }
 }
 
-/// Threads per CTA of the 64-head kernel and of its paged variant.
-pub(crate) const SPARSE_MLA_WIDE_THREADS: u32 = WIDE_THREADS;
-
 /// Gather warps per CTA of the narrow kernel: one warpgroup of four for every head tile
 /// (`sparse_mla_narrow::kGatherWarps`; setmaxnreg moves registers only between whole
 /// warpgroups).
@@ -296,13 +293,7 @@ impl SparseMlaEntry for Cuda {
                 self.launch_narrow::<D_QK, 32, O>(&args, rows, &params)
             },
             TileKernel::Wide => {
-                // A persistent grid, one CTA an SM (fewer CTAs for fewer items), as the
-                // kernel's header describes.
-                let shape = LaunchShape {
-                    grid: (rows.min(self.sm_count()), 1, 1),
-                    block: (WIDE_THREADS, 1, 1),
-                    smem_bytes: sparse_mla_wide_smem_bytes(D_QK),
-                };
+                let shape = self.wide_shape(rows, sparse_mla_wide_smem_bytes(D_QK));
                 unsafe { args.launch::<SparseMlaWideKernel<D_QK, O>>(shape, &params) }
             }
         };
@@ -312,6 +303,17 @@ impl SparseMlaEntry for Cuda {
 }
 
 impl Cuda {
+    /// The launch shape of the 64-head kernel (and of its paged variant) over `items` work
+    /// items: a persistent grid, one CTA an SM (fewer CTAs for fewer items), as the kernel's
+    /// header describes.
+    pub(crate) fn wide_shape(&self, items: u32, smem_bytes: u32) -> LaunchShape {
+        LaunchShape {
+            grid: (items.min(self.sm_count()), 1, 1),
+            block: (WIDE_THREADS, 1, 1),
+            smem_bytes,
+        }
+    }
+
     /// One launch of the narrow kernel (`D_QK`, head tile `TILE`) over `items` work items
     /// (query rows times head tiles): a persistent grid of as many CTAs as the SMs hold at once, each
     /// taking items `blockIdx.x`, `blockIdx.x + gridDim.x`, ... (fewer CTAs for fewer items).

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache};
 use crate::ops::sparse_mla::OutRow;
 use crate::ops::sparse_mla::cuda::{
-    SPARSE_MLA_PAGED_SMEM_BYTES, SPARSE_MLA_WIDE_THREADS, SparseMlaPagedKernel, SparseMlaParams,
+    SPARSE_MLA_PAGED_SMEM_BYTES, SparseMlaPagedKernel, SparseMlaParams,
 };
 use crate::rules::{MlaCachePage, MlaScaleGroup};
 use crate::tensor::{Cols, Storage, StorageMut, Tensor};
@@ -300,13 +300,7 @@ impl DecodeEntry for Cuda {
             topk: TOPK as i32,
             rope: args.read_vectors("prefill workspace rope", &rope)?,
         };
-        // A persistent grid, one CTA an SM (fewer for fewer items), as the 64-head kernel's.
-        let items = (rows * head_tiles) as u32;
-        let shape = LaunchShape {
-            grid: (items.min(self.sm_count()), 1, 1),
-            block: (SPARSE_MLA_WIDE_THREADS, 1, 1),
-            smem_bytes: SPARSE_MLA_PAGED_SMEM_BYTES,
-        };
+        let shape = self.wide_shape((rows * head_tiles) as u32, SPARSE_MLA_PAGED_SMEM_BYTES);
         // SAFETY: q8 holds rows × H_Q × 576 bytes, slots_in rows × TOPK, rope rows × TOPK × 64
         // bytes, the outputs rows × H_Q (× 512), the cache `slots` rows (tied by `run`,
         // rows · TOPK ≤ i32::MAX); the kernel reads no row of a slot outside `0 .. slots` and
