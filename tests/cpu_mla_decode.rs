@@ -32,6 +32,14 @@ fn e4m3_value(rng: &mut StdRng) -> f32 {
     e4m3_to_f32(F8E4M3::from_bits(if b & 0x7f == 0x7f { b ^ 1 } else { b }))
 }
 
+/// Queries of `rows` rows whose every value is e4m3-exact (random e4m3 values / 64, kept exact
+/// through the e4m3 cast), so a cast of q to e4m3 changes nothing.
+fn exact_queries(rng: &mut StdRng, rows: usize) -> Vec<bf16> {
+    (0..rows * H * MLA_CACHE_DIM)
+        .map(|_| bf16::from_f32(e4m3_to_f32(e4m3_from_f32(e4m3_value(rng) / 64.0))))
+        .collect()
+}
+
 /// A cache of `pages` pages holding rows whose every value is an e4m3 value and whose every
 /// latent group has 448 as its largest magnitude, so the group scale is exactly 1 and both the
 /// store and the gather are exact.
@@ -112,9 +120,7 @@ fn the_decode_agrees_with_the_prefill_on_an_exact_gather() {
     let slots = pages * 64;
     let (cache, _) = exact_cache(&mut rng, pages);
     let rows = 9;
-    let q: Vec<bf16> = (0..rows * H * MLA_CACHE_DIM)
-        .map(|_| bf16::from_f32(e4m3_to_f32(e4m3_from_f32(e4m3_value(&mut rng) / 64.0))))
-        .collect();
+    let q = exact_queries(&mut rng, rows);
     let indices: Vec<i32> = (0..rows * TOPK)
         .map(|_| match rng.random_range(0..10) {
             0 => -1,
@@ -350,9 +356,7 @@ fn the_step_through_the_prefill_is_the_decode_where_e4m3_is_exact() {
     // the route's casts change nothing, so it is the decode up to the prefill's f32 sums.
     let (cache, _) = exact_cache(&mut rng, pages);
     let rows = 10;
-    let q: Vec<bf16> = (0..rows * H * MLA_CACHE_DIM)
-        .map(|_| bf16::from_f32(e4m3_to_f32(e4m3_from_f32(e4m3_value(&mut rng) / 64.0))))
-        .collect();
+    let q = exact_queries(&mut rng, rows);
     let indices: Vec<i32> = (0..rows * TOPK)
         .map(|_| match rng.random_range(0..12) {
             0 => -1,
