@@ -40,6 +40,27 @@ struct Step {
     lengths: Vec<i32>,     // [rows]
 }
 
+/// A cache of `pages` pages on `b` holding `rows` (`[pages · 64, 576]` bf16) in slot order,
+/// through the store.
+fn stored_cache<B: shapeproof::ops::mla_cache::RunMlaCache>(
+    b: &B,
+    rows: &[bf16],
+    pages: usize,
+) -> DeepSeekV32KvCache<B> {
+    let slots = pages * 64;
+    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, pages).unwrap();
+    let loc: Vec<i64> = (0..slots as i64).collect();
+    let rows_in = MlaKvRows::new(
+        Tensor::from_host(b, "kv", rows, slots).unwrap(),
+        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
+    )
+    .unwrap();
+    MlaCacheStore::<64, 128>::new()
+        .run(b, &rows_in, &mut cache, None)
+        .unwrap();
+    cache
+}
+
 /// Step `s` on `b`: its rows stored into a cache of its pages, and its queries.
 fn cache_and_queries<
     B: shapeproof::ops::mla_cache::RunMlaCache,
@@ -53,17 +74,7 @@ where
     Dim<H>: DecodeHeads,
     Dim<TOPK>: TopkWidth,
 {
-    let slots = s.pages * 64;
-    let mut cache = DeepSeekV32KvCache::<B>::zeros(b, s.pages).unwrap();
-    let loc: Vec<i64> = (0..slots as i64).collect();
-    let rows_in = MlaKvRows::new(
-        Tensor::from_host(b, "kv", &s.cache_rows, slots).unwrap(),
-        Tensor::from_host(b, "loc", &loc, slots).unwrap(),
-    )
-    .unwrap();
-    MlaCacheStore::<64, 128>::new()
-        .run(b, &rows_in, &mut cache, None)
-        .unwrap();
+    let cache = stored_cache(b, &s.cache_rows, s.pages);
     let rows = s.lengths.len();
     let queries = DecodeQueries::new(
         Tensor::from_host(b, "q", &s.q, rows).unwrap(),
@@ -227,17 +238,8 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     let mut rng = common::rng("a_recorded_step_replays_to_the_direct_steps_bytes");
     let (pages, rows) = (64, 2);
     let slots = pages * 64;
-    let mut cache = DeepSeekV32KvCache::<Cuda>::zeros(&g, pages).unwrap();
-    let loc: Vec<i64> = (0..slots as i64).collect();
     let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
-    let rows_in = MlaKvRows::new(
-        Tensor::from_host(&g, "kv", &kv, slots).unwrap(),
-        Tensor::from_host(&g, "loc", &loc, slots).unwrap(),
-    )
-    .unwrap();
-    MlaCacheStore::<64, 128>::new()
-        .run(&g, &rows_in, &mut cache, None)
-        .unwrap();
+    let cache = stored_cache(&g, &kv, pages);
     let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
     let indices: Vec<i32> = (0..rows * TOPK)
         .map(|_| rng.random_range(0..slots as i32))
@@ -432,17 +434,8 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     let mut rng = common::rng("a_recorded_step_through_the_prefill_replays");
     let (pages, rows) = (16, 3);
     let slots = pages * 64;
-    let mut cache = DeepSeekV32KvCache::<Cuda>::zeros(&g, pages).unwrap();
-    let loc: Vec<i64> = (0..slots as i64).collect();
     let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
-    let rows_in = MlaKvRows::new(
-        Tensor::from_host(&g, "kv", &kv, slots).unwrap(),
-        Tensor::from_host(&g, "loc", &loc, slots).unwrap(),
-    )
-    .unwrap();
-    MlaCacheStore::<64, 128>::new()
-        .run(&g, &rows_in, &mut cache, None)
-        .unwrap();
+    let cache = stored_cache(&g, &kv, pages);
     let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
     let indices: Vec<i32> = (0..rows * TOPK)
         .map(|_| rng.random_range(-1..slots as i32))
