@@ -767,10 +767,56 @@ def topk(run, torch, results_dir):
     return out + table(header, rows) + [""]
 
 
+def headline(runs):
+    """One line a kernel family: its figure of record at the shape its target names, with the
+    run it comes from, before the full tables."""
+    def field(file_name, record, key):
+        run = runs.get(file_name)
+        if run is None:
+            return None, None
+        for n, f in run.records:
+            if n == record:
+                return f.get(key), run
+        return None, run
+
+    items = [
+        ("sparse MLA prefill (4096, 32768, 128, 576, 2048)", SPARSE[0],
+         "sq4096_skv32768_hq128_heads128_d576_topk2048", "tflops", lambda v: f"{v:.0f} TFLOP/s"),
+        ("decode through the prefill (128, 2, 128, 2048)", DECODE[0],
+         "through_prefill_b128_sq2_h128_topk2048", "tflops", lambda v: f"{v:.0f} TFLOP/s"),
+        ("decode (128, 2, 16, 2048), in a graph", DECODE[0],
+         "decode_b128_sq2_h16_topk2048", "graph_us", lambda v: f"{v:.1f} µs"),
+        ("decode B 1, s_q 1, 16 heads, in a graph", DECODE[0],
+         "decode_b1_sq1_h16_topk2048", "graph_us", lambda v: f"{v:.1f} µs"),
+        ("lightning indexer (4096, 65536 + chunk, 64)", INDEXER[0],
+         "indexer_t4096_hist65536_h64_topk2048", "of_fp8_matmul",
+         lambda v: f"{v * 100:.0f}% of FP8 matmul"),
+        ("paged indexer (128, 2, 65536, 64)", INDEXER[0],
+         "indexer_paged_b128_n2_len65536_h64_topk2048", "of_copy",
+         lambda v: f"{v * 100:.0f}% of copy"),
+        ("top-k (1 row, 65536, 2048)", TOPK[0], "topk_r1_w65536_k2048", "us",
+         lambda v: f"{v:.1f} µs"),
+        ("prologue verify T 65536, MXFP8 store", PROLOGUE[0], "verify_T65536_mxfp8",
+         "copy_fraction", lambda v: f"{v * 100:.0f}% of copy"),
+    ]
+    rows = []
+    for what, file_name, record, key, fmt in items:
+        v, run = field(file_name, record, key)
+        if missing(v):
+            continue
+        rows.append([what, fmt(v), f"{run.gpu.replace('NVIDIA ', '')} · `{run.commit}` · {run.date}"])
+    if not rows:
+        return []
+    return (["### At a glance", ""]
+            + prose("The figure each kernel family's target is stated against, from the tables "
+                    "below (same runs):")
+            + table(["kernel, shape", "figure of record", "run"], rows) + [""])
+
+
 def render(results_dir):
     runs = {name: load(results_dir, name) for name in KNOWN_FILES}
     sparse, prologue = runs[SPARSE[0]], runs[PROLOGUE[0]]
-    out = []
+    out = headline(runs)
     out += sparse_wide(sparse, results_dir)
     out += sparse_narrow(sparse, results_dir)
     if sparse is not None:
