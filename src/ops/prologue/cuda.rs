@@ -214,6 +214,7 @@ pub struct PrologueLaunchPlan {
 impl super::RunPrologue for Cuda {}
 
 impl PrologueEntry for Cuda {
+    #[inline(always)]
     unsafe fn prologue<V, S, const HD: usize, const DQ: usize, const DKV: usize, L, C>(
         &self,
         mut call: PrologueCall<'_, Cuda>,

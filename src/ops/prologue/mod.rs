@@ -510,6 +510,7 @@ where
     /// The boundary of every entry (`run`, `record`, `launch_plan`): ties the outputs to the
     /// batch (and the variant's own checks, through `PrologueBatch`) and borrows everything
     /// as one call.
+    #[inline(always)]
     fn call<'a, B, A, SW, SC, SO, SK>(
         weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
         conv: &'a mut ConvState<B, DKV, C, SC>,
