@@ -7,15 +7,14 @@ use super::launch::{DecodeCall, DecodeEntry, DecodePagedPrefillCall, DecodePrepa
 use crate::backend::Cpu;
 use crate::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use crate::error::Result;
-use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, mla_fp8_decode_row};
+use crate::layout::{
+    MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, MLA_ROPE_DIM, mla_fp8_decode_row,
+};
 use crate::ops::sparse_mla::cpu::reference as prefill_reference;
 use crate::ops::sparse_mla::launch::{
     LatentKvSlices, SparseMlaCall, SparseMlaOutputSlices, SparseMlaQuerySlices,
 };
 use crate::ops::sparse_mla::{D_V, HeadTiling};
-
-/// RoPE values of a cache row.
-const MLA_ROPE_DIM: usize = MLA_CACHE_DIM - MLA_LATENT_DIM;
 
 /// The values of cache row `slot` (the caller checked `slot` against the cache's rows).
 fn cache_row(cache: &[u8], slot: usize) -> [f32; MLA_CACHE_DIM] {

@@ -14,13 +14,10 @@ use crate::backend::cuda::{GraphRead, GraphRecorder, IsCuda, read_ref};
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
-use crate::layout::{MLA_CACHE_DIM, MLA_LATENT_DIM, MlaFp8KvCache};
+use crate::layout::{MLA_CACHE_DIM, MLA_ROPE_DIM, MlaFp8KvCache};
 use crate::ops::sparse_mla::{OutRow, QRow};
 use crate::rules::{DecodeHeads, HeadTile, MlaCachePage, MlaScaleGroup, PadsTo, TopkWidth};
 use crate::tensor::{Cols, Scalar, Storage, StorageMut, Tensor};
-
-/// RoPE values of a position (`576 − 512`).
-const ROPE_DIM: usize = MLA_CACHE_DIM - MLA_LATENT_DIM;
 
 /// The sparse MLA decode with `H_Q` query heads and `TOPK` slots a row, run as the FP8 prefill
 /// over the step's cache rows. Same inputs and outputs as
@@ -72,7 +69,10 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, 
             q8: Tensor::zeros(backend, rows)?,
             unit_scale: Tensor::from_host(backend, "unit_scale", &[1.0f32], 1)?,
             slots: Tensor::zeros(backend, rows)?,
-            rope: Tensor::zeros(backend, Error::elements("workspace", positions, ROPE_DIM)?)?,
+            rope: Tensor::zeros(
+                backend,
+                Error::elements("workspace", positions, MLA_ROPE_DIM)?,
+            )?,
             max_logits: Tensor::zeros(backend, rows)?,
         })
     }
