@@ -124,6 +124,25 @@ fn check_lse(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) -> f32 {
     worst
 }
 
+/// A replayed graph's `out` and `lse` against the direct step's, bit for bit.
+fn assert_replayed_bytes<const H: usize>(
+    g: &Cuda,
+    out: &Tensor<Cuda, bf16, OutRow<H>>,
+    lse: &Tensor<Cuda, f32, Cols<H>>,
+    want_out: &[bf16],
+    want_lse: &[f32],
+) {
+    let got_out = out.to_host(g).unwrap();
+    assert!(
+        got_out
+            .iter()
+            .zip(want_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "replayed out differs from the direct step"
+    );
+    assert_eq!(lse.to_host(g).unwrap(), want_lse, "replayed lse");
+}
+
 fn run<B: RunDecode + shapeproof::ops::mla_cache::RunMlaCache, const H: usize, const TOPK: usize>(
     b: &B,
     s: &Step,
@@ -253,14 +272,12 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     let decode = SparseMlaDecode::<H, TOPK>::new();
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     assert!(ws.splits() > 1, "two rows split their top-k");
-    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
     decode
         .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
     let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
-    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     let mut recorder = g.record_graph().unwrap();
     decode
@@ -270,15 +287,7 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     graph.replay().unwrap();
     graph.replay().unwrap();
     drop(graph);
-    let got_out = out.to_host(&g).unwrap();
-    assert!(
-        got_out
-            .iter()
-            .zip(&want_out)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "replayed out differs from the direct step"
-    );
-    assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
+    assert_replayed_bytes(&g, &out, &lse, &want_out, &want_lse);
 }
 
 /// The step through the prefill (`DecodeThroughPrefill`) on `b`: the same inputs as `run`.
@@ -448,14 +457,12 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     .unwrap();
     let route = DecodeThroughPrefill::<H, TOPK>::new();
     let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
-    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
     route
         .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
         .unwrap();
     let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
-    let mut out = Tensor::filled(&g, rows, bf16::NAN).unwrap();
-    let mut lse = Tensor::filled(&g, rows, f32::NAN).unwrap();
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
     let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
     let mut recorder = g.record_graph().unwrap();
     route
@@ -465,15 +472,7 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     graph.replay().unwrap();
     graph.replay().unwrap();
     drop(graph);
-    let got_out = out.to_host(&g).unwrap();
-    assert!(
-        got_out
-            .iter()
-            .zip(&want_out)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
-        "replayed out differs from the direct step"
-    );
-    assert_eq!(lse.to_host(&g).unwrap(), want_lse, "replayed lse");
+    assert_replayed_bytes(&g, &out, &lse, &want_out, &want_lse);
 }
 
 /// A cache of `pages` pages of random bytes: finite e4m3 latent values (NaN bytes remapped),
