@@ -230,13 +230,7 @@ fn bench_through_prefill<const H: usize>(
     // The gather alone, over the same slots (all valid here, so the route's masked slots are
     // these).
     let slots = Tensor::from_host(g, "slots", &step.indices, rows * TOPK).unwrap();
-    let mut kv = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
-        g,
-        g.zeros(rows * TOPK * MLA_CACHE_DIM).unwrap(),
-        rows * TOPK,
-        1.0,
-    )
-    .unwrap();
+    let mut kv = gather_workspace(g, rows * TOPK);
     let gather = MlaCacheGather::<64, 128>::new();
     let gather_us = time_us(g, 3, 15, |_| {
         gather.run(g, cache, &slots, &mut kv, None).unwrap()
@@ -246,13 +240,7 @@ fn bench_through_prefill<const H: usize>(
     // workspace row r · TOPK + j).
     let q8: Vec<F8E4M3> = step.q.iter().map(|v| e4m3_from_f32(v.to_f32())).collect();
     let positions: Vec<i32> = (0..(rows * TOPK) as i32).collect();
-    let inputs = SparseMlaInputs::new(
-        Tensor::from_host(g, "q", &q8, rows).unwrap(),
-        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
-        Tensor::from_host(g, "indices", &positions, rows).unwrap(),
-        SM_SCALE,
-    )
-    .unwrap();
+    let inputs = e4m3_inputs::<H>(g, &q8, &positions, rows);
     let prefill =
         SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK>::new().with_tiling(HeadTiling::Tiles64);
     let mut max_logits = Tensor::<Cuda, f32, Cols<H>>::zeros(g, rows).unwrap();
@@ -305,21 +293,9 @@ fn bench_prefill_from_cache(
     let positions: Vec<i32> = (0..S_Q * TOPK)
         .map(|_| rng.random_range(0..S_KV as i32))
         .collect();
-    let inputs = SparseMlaInputs::new(
-        Tensor::from_host(g, "q", &q8, S_Q).unwrap(),
-        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
-        Tensor::from_host(g, "indices", &positions, S_Q).unwrap(),
-        SM_SCALE,
-    )
-    .unwrap();
+    let inputs = e4m3_inputs::<H>(g, &q8, &positions, S_Q);
     let slots = Tensor::from_host(g, "slots", &seq_slots, S_KV).unwrap();
-    let mut ws = MlaLatentKv::<Cuda, MLA_CACHE_DIM>::new(
-        g,
-        g.zeros(S_KV * MLA_CACHE_DIM).unwrap(),
-        S_KV,
-        1.0,
-    )
-    .unwrap();
+    let mut ws = gather_workspace(g, S_KV);
     let gather = MlaCacheGather::<64, 128>::new();
     let prefill = SparseMlaPrefill::<MLA_CACHE_DIM, H, TOPK, Plain, H>::new();
     let mut out = Tensor::<Cuda, bf16, OutRow<H>>::zeros(g, S_Q).unwrap();
@@ -357,6 +333,31 @@ fn bench_prefill_from_cache(
             ("of_fp8_matmul", of),
         ],
     });
+}
+
+/// Prefill inputs of `rows` query rows: e4m3 `q` (`[rows, H, 576]`) at identity scale and
+/// `positions` (`[rows, TOPK]`) into a gathered workspace, at the benchmark's softmax scale.
+fn e4m3_inputs<const H: usize>(
+    g: &Cuda,
+    q8: &[F8E4M3],
+    positions: &[i32],
+    rows: usize,
+) -> SparseMlaInputs<Cuda, MLA_CACHE_DIM, H, TOPK, Plain>
+where
+    Dim<H>: HeadTile,
+{
+    SparseMlaInputs::new(
+        Tensor::from_host(g, "q", q8, rows).unwrap(),
+        Tensor::from_host(g, "q_scale", &[1.0f32], 1).unwrap(),
+        Tensor::from_host(g, "indices", positions, rows).unwrap(),
+        SM_SCALE,
+    )
+    .unwrap()
+}
+
+/// An e4m3 workspace of `rows` rows at identity scale: what the cache gather writes into.
+fn gather_workspace(g: &Cuda, rows: usize) -> MlaLatentKv<Cuda, MLA_CACHE_DIM> {
+    MlaLatentKv::new(g, g.zeros(rows * MLA_CACHE_DIM).unwrap(), rows, 1.0).unwrap()
 }
 
 /// A cache of `PAGES` pages of random e4m3 bytes (never NaN) with scales 1/64 and small RoPE
