@@ -456,8 +456,9 @@ where
         SO: StorageMut<Cuda>,
         SK: StorageMut<Cuda>,
     {
-        let mut call = Self::call(weights, conv, batch, targets)?;
-        let mut args = DeviceArgs::new(cuda)?;
-        plan(&Self::STATICS, &mut args, &mut call)
+        Self::call(weights, conv, batch, targets, |mut call| {
+            let mut args = DeviceArgs::new(cuda)?;
+            plan(&Self::STATICS, &mut args, &mut call)
+        })
     }
 }

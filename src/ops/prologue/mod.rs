@@ -502,21 +502,25 @@ where
         SO: StorageMut<B>,
         SK: StorageMut<B>,
     {
-        let call = Self::call(weights, conv, batch, targets)?;
-        // SAFETY: assembled by `call`, the boundary.
-        unsafe { backend.prologue::<V, S, HD, DQ, DKV, L, C>(call) }
+        Self::call(weights, conv, batch, targets, |call| {
+            // SAFETY: assembled by `call`, the boundary.
+            unsafe { backend.prologue::<V, S, HD, DQ, DKV, L, C>(call) }
+        })
     }
 
     /// The boundary of every entry (`run`, `record`, `launch_plan`): ties the outputs to the
-    /// batch (and the variant's own checks, through `PrologueBatch`) and borrows everything
-    /// as one call.
+    /// batch (and the variant's own checks, through `PrologueBatch`), borrows everything as one
+    /// call and hands it to `then`. The call is built as `then`'s argument rather than
+    /// returned: a returned call (about 800 bytes of slices) was copied into and out of its
+    /// `Result` on every launch.
     #[inline(always)]
-    fn call<'a, B, A, SW, SC, SO, SK>(
+    fn call<'a, B, A, SW, SC, SO, SK, R>(
         weights: &'a PrologueWeights<B, HD, DKV, C, SW>,
         conv: &'a mut ConvState<B, DKV, C, SC>,
         batch: A,
         targets: PrologueTargets<'a, B, S::Outputs<B, DQ, DKV, SO>, S::Cache<B, DKV, SK>>,
-    ) -> Result<PrologueCall<'a, B>>
+        then: impl FnOnce(PrologueCall<'a, B>) -> Result<R>,
+    ) -> Result<R>
     where
         B: Backend,
         A: PrologueBatch<'a, B, V, L, DKV, C>,
@@ -531,7 +535,7 @@ where
             Error::check_extent(param, "tokens", batch.tokens, rows)?;
         }
         let (q, k, v) = launch::OutputTargets::targets(out);
-        Ok(PrologueCall {
+        then(PrologueCall {
             batch,
             variant,
             weights: weights.slices(),
