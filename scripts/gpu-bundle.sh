@@ -148,12 +148,13 @@ for line in open(log):
 PY
 }
 
-# Binaries that link candle's CUDA kernels carry ~40 MB of device code each: shipped
-# compressed (run.sh unpacks them).
-compress_large() {
+# Every binary travels xz-compressed (run.sh unpacks them): a full bundle is about 70 MB raw,
+# most of it the binaries that link candle's CUDA kernels (~40 MB of device code each), and
+# about 29 MB compressed.
+compress_binaries() {
     local exe
     for exe in "$1"/*; do
-        if [ -f "$exe" ] && [ "$(stat -c %s "$exe")" -gt 16000000 ]; then
+        if [ -f "$exe" ] && [ -x "$exe" ] && [ "${exe%.xz}" = "$exe" ]; then
             xz -T2 -6 "$exe"
         fi
     done
@@ -183,7 +184,7 @@ if wanted harness || wanted gather_rates; then
     cp target/harness/gather_rates "$out/bin/gather_rates"
     echo "bundled harness, gather_rates"
 fi
-compress_large "$out/bin"
+compress_binaries "$out/bin"
 
 # The same binaries at the baseline commit, from a worktree of their own (incremental builds
 # in target/baseline from one use to the next).
@@ -199,7 +200,7 @@ if [ -n "$baseline" ]; then
     cargo_builds "$src" "$root/target/baseline" >"$log"
     copy_built "$log" "$out/base"
     precompile_kernels "$src" "$root/target/baseline"
-    compress_large "$out/base"
+    compress_binaries "$out/base"
 fi
 
 # The same binaries at each candidate commit, one worktree and target dir for all of them
@@ -218,7 +219,7 @@ for cand in "${candidates[@]}"; do
     cargo_builds "$src" "$root/target/candidate" >"$log"
     copy_built "$log" "$out/cand/$short"
     precompile_kernels "$src" "$root/target/candidate"
-    compress_large "$out/cand/$short"
+    compress_binaries "$out/cand/$short"
 done
 
 cp scripts/gpu-run.sh "$out/run.sh"
