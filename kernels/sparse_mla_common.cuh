@@ -26,12 +26,25 @@ struct SparseMlaParams {
     i32 h_q;                       // real query heads; the kernel zero-fills the tile's padding
     i32 head_tiles;                // ceil(h_q / HEAD_TILE)
     i32 topk;                      // multiple of 128
-    // The paged variant of the 64-head kernel (PAGED, `DecodeThroughPrefill`): kv is the FP8
-    // cache, [s_kv, 656] rows (docs/kernels/mla_cache.md), and `rope` the positions' RoPE values
-    // already cast to e4m3, [s_q * topk, 64]; nullptr for every other kernel.
-    const u8* rope;
+    // The paged variant of the 64-head kernel (PAGED, `DecodeThroughPrefill`) reads kv as the
+    // FP8 cache, [s_kv, 656] rows (docs/kernels/mla_cache.md), its indices cache slots.
 };
 
+// Eight bf16 values (16 bytes) cast to e4m3 as the FP8 cache's gather casts its RoPE values (round to nearest even, saturating at +-448):
+// eight bytes, first value in the low byte.
+__device__ __forceinline__ uint2 cast_bf16x8_e4m3(const uint4 x) {
+    const u32 w[4] = {x.x, x.y, x.z, x.w};
+    u32 e[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const u32 lo = pack_e4m3x2(__uint_as_float(w[2 * h] << 16),
+                                   __uint_as_float(w[2 * h] & 0xffff0000u));
+        const u32 hi = pack_e4m3x2(__uint_as_float(w[2 * h + 1] << 16),
+                                   __uint_as_float(w[2 * h + 1] & 0xffff0000u));
+        e[h] = lo | (hi << 16);
+    }
+    return make_uint2(e[0], e[1]);
+}
 
 __device__ __forceinline__ float pos_inf() {
     return __int_as_float(0x7f800000);

@@ -554,45 +554,25 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const De
     }
 }
 
-// Eight bf16 values (16 bytes) cast to e4m3 (round to nearest even, saturating at +-448):
-// eight bytes, first value in the low byte.
-__device__ __forceinline__ uint2 cast_bf16x8_e4m3(const uint4 x) {
-    const u32 w[4] = {x.x, x.y, x.z, x.w};
-    u32 e[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const u32 lo = pack_e4m3x2(__uint_as_float(w[2 * h] << 16),
-                                   __uint_as_float(w[2 * h] & 0xffff0000u));
-        const u32 hi = pack_e4m3x2(__uint_as_float(w[2 * h + 1] << 16),
-                                   __uint_as_float(w[2 * h + 1] & 0xffff0000u));
-        e[h] = lo | (hi << 16);
-    }
-    return make_uint2(e[0], e[1]);
-}
-
 // The decode step through the FP8 prefill (`DecodeThroughPrefill`, docs/kernels/mla_cache.md
 // §8.6). Mirrored by `DecodePrepareParams` in src/ops/sparse_mla_decode/cuda.rs.
 struct DecodePrepareParams {
     const bf16_t* q;    // [rows, H_Q, 576]
     const i32* indices; // [rows, TOPK] cache slots
     const i32* lengths; // [rows] or null
-    const u8* cache;    // [slots, 656]
     u8* q8;             // [rows, H_Q, 576] e4m3
     i32* slots_out;     // [rows, TOPK] the slot the prefill reads, or -1
-    u8* rope;           // [rows * TOPK, 64] e4m3 RoPE values of each position (zero where -1)
     i32 rows;
-    i32 slots;
+    i32 slots;          // cache slots
 };
 
 // The whole step in grid-stride loops (the grid is a few CTAs an SM, whatever the row count):
 // q cast to e4m3 (round to nearest even, saturating at +-448, identity scale), a warp taking
 // 128 16-byte words of q at a time with its four loads in flight before any conversion; then,
 // for each top-k position j of row r, its slot, or -1 for a position past the row's length or a
-// slot outside the cache (the prefill then reads nothing and masks it), and the slot's 64 RoPE
-// values cast from bf16 to e4m3 as the cache gather casts them (zeros for -1): eight lanes a
-// position, 16 bytes of bf16 each, four in flight a lane. Every access is guarded by its
-// extent: rows * H_Q * 72 words of q (and as many 8-byte words of q8), rows * TOPK positions,
-// slots cache rows.
+// slot outside the cache (the prefill then reads nothing and masks it). The prefill casts the
+// slots' RoPE values itself. Every access is guarded by its extent: rows * H_Q * 72 words of q
+// (and as many 8-byte words of q8), rows * TOPK positions.
 template <int H_Q, int TOPK>
 __global__ void __launch_bounds__(256)
     sparse_mla_decode_prepare_kernel(const DecodePrepareParams p) {
@@ -621,42 +601,16 @@ __global__ void __launch_bounds__(256)
         }
     }
 
-    // 16-byte parts of the positions' RoPE values: part t of position at = t / 8 holds RoPE
-    // values 8 (t % 8) … 8 (t % 8) + 7.
-    constexpr int kRopeAt = 528;  // a cache row's RoPE values (bytes 528 … 655)
-    const i64 parts = (i64)p.rows * TOPK * 8;
-    for (i64 base = warp * (32 * kUnroll); base < parts; base += warps * (32 * kUnroll)) {
-        i32 slot[kUnroll];
-        uint4 x[kUnroll];
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            const i64 t = base + k * 32 + lane;
-            slot[k] = -1;
-            if (t < parts) {
-                const i64 at = t >> 3;
-                const i64 row = at / TOPK;
-                const int j = (int)(at - row * TOPK);
-                int length = TOPK;
-                if (p.lengths != nullptr) {
-                    const int l = p.lengths[row];
-                    length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
-                }
-                const i32 s = p.indices[at];
-                slot[k] = j < length && s >= 0 && s < p.slots ? s : -1;
-            }
-            if (slot[k] >= 0) {
-                x[k] = *reinterpret_cast<const uint4*>(p.cache + (i64)slot[k] * 656 + kRopeAt +
-                                                       (t & 7) * 16);
-            }
+    const i64 positions = (i64)p.rows * TOPK;
+    for (i64 at = thread; at < positions; at += threads) {
+        const i64 row = at / TOPK;
+        const int j = (int)(at - row * TOPK);
+        int length = TOPK;
+        if (p.lengths != nullptr) {
+            const int l = p.lengths[row];
+            length = l < 0 ? 0 : (l > TOPK ? TOPK : l);
         }
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            const i64 t = base + k * 32 + lane;
-            if (t >= parts) continue;
-            const i64 at = t >> 3;
-            if ((t & 7) == 0) p.slots_out[at] = slot[k];
-            reinterpret_cast<uint2*>(p.rope + at * 64)[t & 7] =
-                slot[k] >= 0 ? cast_bf16x8_e4m3(x[k]) : make_uint2(0u, 0u);
-        }
+        const i32 s = p.indices[at];
+        p.slots_out[at] = j < length && s >= 0 && s < p.slots ? s : -1;
     }
 }

@@ -15,10 +15,12 @@
 //
 // PAGED (the fourth template argument; d_qk 576, no length or sink inputs): the variant that
 // `DecodeThroughPrefill` runs over the FP8 cache itself (docs/kernels/mla_cache.md §8.6). kv is
-// the cache ([s_kv, 656] rows), p.rope the positions' RoPE values in e4m3 ([s_q * topk, 64]);
+// the cache ([s_kv, 656] rows), its indices cache slots (-1 or outside the cache: no key);
 // the gathers copy a row's latent bytes raw and its four scales into the slot's scale area, the
-// owner warpgroup rewrites its block's latent bytes in place as the cache gather's values
-// before its S reads them, and the producer builds V^T from the rewritten bytes (kBarKConv).
+// owner warpgroup rewrites its block's latent bytes in place as the cache gather's values and
+// writes the rows' RoPE values, loaded from the cache and cast to e4m3 as the gather casts
+// them, into the RoPE column before its S reads them, and the producer builds V^T from the
+// rewritten bytes (kBarKConv).
 // Dynamic shared memory 192 * 576 + 119424 + 16 + 2048 = 232080 bytes (two more barriers and
 // the scales).
 #define SPARSE_MLA_WIDE_PERSISTENT 1
@@ -301,6 +303,29 @@ __device__ __forceinline__ void convert_latent(u32 k_slot, u32 scales, int ct) {
     }
 }
 
+// ---- PAGED: a K slot's RoPE column (column 8), written by its owner warpgroup -------------
+// Thread ct (0-127) of the owner takes token ct / 2's bf16 RoPE values 32 (ct % 2) … + 31
+// (64 bytes of the token's cache row, from byte 528 + 64 (ct % 2)) in two rounds of 16
+// values: round r is cast to e4m3 (as the cache gather casts RoPE values) into the column's
+// 16-byte chunk 2 (ct % 2) + r, so one round's loads are in flight while other work runs. A
+// token without a key (no source) gets zeros, as the gather's zero fill would give.
+__device__ __forceinline__ void load_rope_round(const uint4* src, int round, uint4 (&x)[2]) {
+    if (src != nullptr) {
+        x[0] = __ldg(src + 2 * round);
+        x[1] = __ldg(src + 2 * round + 1);
+    } else {
+        x[0] = x[1] = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+template <int D_QK>
+__device__ __forceinline__ void store_rope_round(u32 k_slot, int ct, int round,
+                                                 const uint4 (&x)[2]) {
+    const uint2 lo = cast_bf16x8_e4m3(x[0]), hi = cast_bf16x8_e4m3(x[1]);
+    const int chunk = 4 * (kDV / 64) + 2 * (ct & 1) + round;  // column 8's chunks 0-3
+    st_shared_v4(k_slot + Smem<D_QK, true>::k_chunk(ct >> 1, chunk),
+                 make_uint4(lo.x, lo.y, hi.x, hi.y));
+}
+
 // d[64x256 f32] += A[64x32 e4m3, smem] * B[256x32 e4m3, smem]^T, both operands K-major.
 __device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b) {
     asm volatile(
@@ -349,8 +374,7 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b
 // 64-byte swizzle (8 tokens x 64 bytes, contiguous).
 // PAGED: a row is a 656-byte cache row; its latent bytes land raw in columns 0-7 (the owner
 // warpgroup scales them in place before its S: convert_latent), its four group scales in the
-// slot's scale area (the lanes of chunk 0), and column 8 (RoPE) comes from the position's e4m3
-// RoPE values in p.rope, which the step's prepare kernel cast.
+// slot's scale area (the lanes of chunk 0); column 8 (RoPE) is the owner's too (cast_rope).
 template <int D_QK, bool PAGED = false>
 struct Gather {
     using L = Smem<D_QK, PAGED>;
@@ -360,7 +384,6 @@ struct Gather {
     u32 scale_base;      // PAGED: K slot 0's scales (L::kScales)
     u16* mask16;
     const u8* kv;
-    const u8* rope_row;  // PAGED: the item's RoPE values, [topk, 64] e4m3
     const i32* idx_row;  // the item's index row
     i32 valid_len, s_kv;
     int next_off;        // offset in idx_row of this lane's group-0 token of the next block
@@ -392,15 +415,8 @@ struct Gather {
             const u32 dst = dst_slot + L::k_chunk(token, lane >> 3);
 #pragma unroll
             for (int q = Q0; q < Q1; ++q) {
-                if (PAGED && q == kDV / 64) {
-                    // The token's position in the item's row: gather_step has loaded the next
-                    // block's indices, so next_off is two blocks past this block's group 0.
-                    const int pos = next_off - 2 * kTokensPerBlock + 8 * grp;
-                    cp_async_16(dst + q * L::kColStride,
-                                rope_row + (i64)pos * 64 + (lane >> 3) * 16, n);
-                } else {
-                    cp_async_16(dst + q * L::kColStride, src + q * 64, n);
-                }
+                if (PAGED && q == kDV / 64) continue;  // the RoPE column: the owner's
+                cp_async_16(dst + q * L::kColStride, src + q * 64, n);
             }
             if (PAGED && Q0 == 0 && (lane >> 3) == 0) {
                 cp_async_16(scale_base + (gb % kKSlots) * L::kScaleSlotBytes + token * 16,
@@ -607,7 +623,6 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             const int valid_len = item_len(item);
             const int num_blocks = blocks_of(valid_len);
             gather.idx_row = p.indices + (i64)(item / p.head_tiles) * p.topk;
-            if (PAGED) gather.rope_row = p.rope + (i64)(item / p.head_tiles) * p.topk * 64;
             gather.valid_len = valid_len;
             // The CTA's next item: its Q tile and index row go to L2 now.
             if (item + (int)gridDim.x < items) {
@@ -689,6 +704,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     float s_cur[32], s_next[32];
     u64 s_mask = 0;  // validity of the tokens of the block in s_cur (bit = S column)
     int gbase = 0;   // the CTA's blocks before the current item (block ids below are the CTA's)
+    const i32* idx_item = nullptr;  // PAGED: the current item's [topk] cache slots
     // This thread sent a head row of the item before (the last with a valid block) from the
     // staging in the V^T slots of that item's last pair, blocks gbase - 2 and gbase - 1, and
     // has not yet returned those slots.
@@ -725,14 +741,31 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
     // (kQkChunks - 1 - c) is even, so the complete sum ends in s_cur.
     auto s_begin = [&](int b, bool release_pv) {
         const int slot = b % kKSlots;
+        const uint4* rope_src = nullptr;  // PAGED: this thread's RoPE bytes (load_rope_round)
+        uint4 rope_x[2];
+        if constexpr (PAGED) {
+            // The block's first RoPE round is loaded before its rows have landed (the slot is
+            // the prepared one: -1 or inside the cache).
+            const int ct = threadIdx.x & 127;
+            const i32 kv_slot = __ldg(idx_item + (b - gbase) * kTokensPerBlock + (ct >> 1));
+            if (kv_slot >= 0 && kv_slot < p.s_kv) {
+                rope_src = reinterpret_cast<const uint4*>(p.kv + (i64)kv_slot * 656 + 528 +
+                                                          64 * (ct & 1));
+            }
+            load_rope_round(rope_src, 0, rope_x);
+        }
         mbar_wait(bars + (kBarKFull + slot) * 8, (u32)(b / kKSlots) & 1u);
         if constexpr (PAGED) {
             // The raw latent bytes to the workspace's values (while P.V of the pair before
-            // runs on the tensor cores), visible to this warpgroup's wgmma (the barrier) and
-            // to the producer's V^T build (kBarKConv).
-            convert_latent(sk + slot * L::kTileBytes,
-                           smem_base + L::kScales + slot * L::kScaleSlotBytes,
-                           threadIdx.x & 127);
+            // runs on the tensor cores) and the RoPE column (the second round's loads in
+            // flight during the conversion), visible to this warpgroup's wgmma (the barrier)
+            // and to the producer's V^T build (kBarKConv).
+            const u32 k_slot = sk + slot * L::kTileBytes;
+            const int ct = threadIdx.x & 127;
+            store_rope_round<D_QK>(k_slot, ct, 0, rope_x);
+            load_rope_round(rope_src, 1, rope_x);
+            convert_latent(k_slot, smem_base + L::kScales + slot * L::kScaleSlotBytes, ct);
+            store_rope_round<D_QK>(k_slot, ct, 1, rope_x);
             fence_proxy_async();
             mbar_arrive(bars + (kBarKConv + slot) * 8);
             named_barrier_sync(2 + wg, 128);
@@ -943,6 +976,7 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
         const int tile = item % p.head_tiles;
         const int row_i = item / p.head_tiles;
         const int num_pairs = blocks_of(item_len(item)) / 2;
+        idx_item = p.indices + (i64)row_i * p.topk;
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] = 0.f;
 #pragma unroll

@@ -44,7 +44,6 @@ crate::param_block! {
         pub(crate) h_q: i32,
         pub(crate) head_tiles: i32,
         pub(crate) topk: i32,
-        pub(crate) rope: u64,
     }
 }
 
@@ -71,10 +70,10 @@ pub const fn sparse_mla_wide_smem_bytes(d_qk: usize) -> u32 {
 
 /// The 64-head kernel's paged variant, `sparse_mla_prefill_kernel<576, false, false, true>`
 /// (`kernels/sparse_mla_prefill.cu`, PAGED): its rows are read from the FP8 cache itself (656-byte
-/// rows, latent bytes scaled in shared memory by their group's scale), its RoPE values from the
-/// positions' e4m3 RoPE (`SparseMlaParams::rope`), its indices are cache slots. It runs
+/// rows, latent bytes scaled in shared memory by their group's scale, RoPE values cast to e4m3
+/// by the warpgroup that reads them), its indices are cache slots. It runs
 /// [`DecodeThroughPrefill`](crate::ops::sparse_mla_decode::DecodeThroughPrefill), whose prepare
-/// kernel writes those indices and RoPE values.
+/// kernel casts q and writes those indices.
 pub struct SparseMlaPagedKernel;
 
 /// Dynamic shared memory of one CTA of the paged variant: the 64-head kernel's at d_qk 576 and
@@ -274,7 +273,6 @@ impl SparseMlaEntry for Cuda {
             h_q: HEADS as i32,
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
-            rope: 0,
         };
         // Work items (query row, head tile): at most 2^30, as `max_query_rows` bounded s_q at
         // the typed boundary.

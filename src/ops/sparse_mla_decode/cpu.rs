@@ -7,9 +7,7 @@ use super::launch::{DecodeCall, DecodeEntry, DecodePagedPrefillCall, DecodePrepa
 use crate::backend::Cpu;
 use crate::dtype::{F8E4M3, bf16, e4m3_from_f32};
 use crate::error::Result;
-use crate::layout::{
-    MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, MLA_ROPE_DIM, mla_fp8_decode_row,
-};
+use crate::layout::{MLA_CACHE_DIM, MLA_FP8_ROW_BYTES, MLA_LATENT_DIM, mla_fp8_decode_row};
 use crate::ops::sparse_mla::cpu::reference as prefill_reference;
 use crate::ops::sparse_mla::launch::{
     LatentKvSlices, SparseMlaCall, SparseMlaOutputSlices, SparseMlaQuerySlices,
@@ -100,15 +98,12 @@ impl DecodeEntry for Cpu {
             rows,
             slots,
             queries,
-            cache,
             q8,
             slots_out,
-            rope,
         } = call;
         for (e, v) in q8.iter_mut().zip(queries.q.iter()) {
             *e = e4m3_from_f32(v.to_f32());
         }
-        let zero = F8E4M3::from_bits(0);
         for r in 0..rows {
             let length = queries
                 .lengths
@@ -118,23 +113,14 @@ impl DecodeEntry for Cpu {
                 let slot = queries.indices[at];
                 let valid = j < length && slot >= 0 && (slot as usize) < slots;
                 slots_out[at] = if valid { slot } else { -1 };
-                let rope_at = &mut rope[at * MLA_ROPE_DIM..(at + 1) * MLA_ROPE_DIM];
-                if !valid {
-                    rope_at.fill(zero);
-                    continue;
-                }
-                let row = cache_row(cache, slot as usize);
-                for (e, &v) in rope_at.iter_mut().zip(&row[MLA_LATENT_DIM..]) {
-                    *e = e4m3_from_f32(v);
-                }
             }
         }
         Ok(())
     }
 
     /// Each query row through the prefill's reference over the row's own workspace: its
-    /// `TOPK` slots' latent values re-cast to e4m3 at identity scale (as the cache gather
-    /// writes them) beside the prepared RoPE values, one row at a time (a row's workspace is
+    /// `TOPK` slots' latent and RoPE values re-cast to e4m3 at identity scale (as the cache
+    /// gather writes them), one row at a time (a row's workspace is
     /// `TOPK × 576` bytes; the whole step's would be the caller's memory many times over).
     unsafe fn sparse_mla_decode_paged_prefill<const H_Q: usize, const TOPK: usize>(
         &self,
@@ -146,7 +132,6 @@ impl DecodeEntry for Cpu {
             q8,
             unit_scale,
             slots_in,
-            rope,
             cache,
             sm_scale,
             out,
@@ -166,11 +151,9 @@ impl DecodeEntry for Cpu {
                 }
                 let row = cache_row(cache, slot as usize);
                 let dst = &mut kv[j * MLA_CACHE_DIM..(j + 1) * MLA_CACHE_DIM];
-                for (e, &v) in dst.iter_mut().zip(&row[..MLA_LATENT_DIM]) {
+                for (e, &v) in dst.iter_mut().zip(row.iter()) {
                     *e = e4m3_from_f32(v);
                 }
-                dst[MLA_LATENT_DIM..]
-                    .copy_from_slice(&rope[at * MLA_ROPE_DIM..(at + 1) * MLA_ROPE_DIM]);
                 positions[j] = j as i32;
             }
             let call = SparseMlaCall::<Cpu> {

@@ -66,17 +66,15 @@ crate::param_block! {
         q: u64,
         indices: u64,
         lengths: u64,
-        cache: u64,
         q8: u64,
         slots_out: u64,
-        rope: u64,
         rows: i32,
         slots: i32,
     }
 }
 
-/// `sparse_mla_decode_prepare_kernel<H_Q, TOPK>`: a step's q cast to e4m3, its masked slots
-/// and its positions' RoPE values in e4m3 written, for the paged prefill.
+/// `sparse_mla_decode_prepare_kernel<H_Q, TOPK>`: a step's q cast to e4m3 and its masked
+/// slots written, for the paged prefill.
 pub struct SparseMlaDecodePrepareKernel<const H_Q: usize, const TOPK: usize>(
     PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
 );
@@ -221,10 +219,8 @@ impl DecodeEntry for Cuda {
             rows,
             slots,
             queries,
-            cache,
             mut q8,
             mut slots_out,
-            mut rope,
         } = call;
         if rows == 0 {
             return Ok(());
@@ -234,16 +230,15 @@ impl DecodeEntry for Cuda {
             q: args.read_vectors("q", &queries.q)?,
             indices: args.read("indices", &queries.indices)?,
             lengths: args.read_opt("lengths", queries.lengths.as_ref())?,
-            cache: args.read_vectors("kv_cache", &cache)?,
             q8: args.write_vectors("prefill workspace q", &mut q8)?,
             slots_out: args.write("prefill workspace slots", &mut slots_out)?,
-            rope: args.write_vectors("prefill workspace rope", &mut rope)?,
             rows: rows as i32,
             slots: slots as i32,
         };
-        // Grid-stride loops: enough CTAs for four 16-byte words of q or of RoPE a thread, at
-        // most PREPARE_CTAS_PER_SM an SM (the loads of a few CTAs an SM saturate the memory).
-        let words = (rows * H_Q * (MLA_CACHE_DIM / 8)).max(rows * TOPK * 8);
+        // Grid-stride loops: enough CTAs for four 16-byte words of q or four positions a
+        // thread, at most PREPARE_CTAS_PER_SM an SM (the loads of a few CTAs an SM saturate the
+        // memory).
+        let words = (rows * H_Q * (MLA_CACHE_DIM / 8)).max(rows * TOPK);
         let ctas = words
             .div_ceil(PREPARE_THREADS as usize * 4)
             .clamp(1, (self.sm_count() * PREPARE_CTAS_PER_SM) as usize);
@@ -253,9 +248,8 @@ impl DecodeEntry for Cuda {
             smem_bytes: 0,
         };
         // SAFETY: q holds rows × H_Q × 576 values and q8 as many bytes, indices and slots_out
-        // rows × TOPK, rope rows × TOPK × 64 bytes, lengths rows, the cache `slots` rows of 656
-        // bytes (tied by `run`); the kernel guards every access by those extents (grid-stride
-        // loops) and reads only the rows of slots in `0 .. slots`, whatever the grid.
+        // rows × TOPK, lengths rows (tied by `run`); the kernel guards every access by those
+        // extents (grid-stride loops), whatever the grid, and reads no cache row.
         unsafe { args.launch::<SparseMlaDecodePrepareKernel<H_Q, TOPK>>(shape, &params) }
     }
 
@@ -269,7 +263,6 @@ impl DecodeEntry for Cuda {
             q8,
             unit_scale,
             slots_in,
-            rope,
             cache,
             sm_scale,
             mut out,
@@ -298,13 +291,12 @@ impl DecodeEntry for Cuda {
             h_q: H_Q as i32,
             head_tiles: head_tiles as i32,
             topk: TOPK as i32,
-            rope: args.read_vectors("prefill workspace rope", &rope)?,
         };
         let shape = self.wide_shape((rows * head_tiles) as u32, SPARSE_MLA_PAGED_SMEM_BYTES);
-        // SAFETY: q8 holds rows × H_Q × 576 bytes, slots_in rows × TOPK, rope rows × TOPK × 64
-        // bytes, the outputs rows × H_Q (× 512), the cache `slots` rows (tied by `run`,
-        // rows · TOPK ≤ i32::MAX); the kernel reads no row of a slot outside `0 .. slots` and
-        // writes only the rows × H_Q real heads.
+        // SAFETY: q8 holds rows × H_Q × 576 bytes, slots_in rows × TOPK, the outputs rows ×
+        // H_Q (× 512), the cache `slots` rows of 656 bytes (tied by `run`, rows · TOPK ≤
+        // i32::MAX); the kernel reads no row of a slot outside `0 .. slots` (its gathers and
+        // its RoPE loads alike) and writes only the rows × H_Q real heads.
         unsafe { args.launch::<SparseMlaPagedKernel>(shape, &params) }
     }
 }

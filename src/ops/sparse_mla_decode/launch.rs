@@ -26,10 +26,8 @@ pub struct DecodePrepareCall<'a, B: Backend> {
     pub(crate) rows: usize,                       // query rows, B · s_q
     pub(crate) slots: usize,                      // cache slots
     pub(crate) queries: DecodeQuerySlices<'a, B>, // q [rows, H_Q, 576], indices [rows, TOPK], lengths [rows]
-    pub(crate) cache: B::Slice<'a, u8>,           // [slots, 656]
     pub(crate) q8: B::SliceMut<'a, F8E4M3>,       // [rows, H_Q, 576]
     pub(crate) slots_out: B::SliceMut<'a, i32>,   // [rows, TOPK]
-    pub(crate) rope: B::SliceMut<'a, F8E4M3>,     // [rows · TOPK, 64]
 }
 
 /// One checked prefill over a prepared step, reading the cache's rows directly; extents in the
@@ -40,7 +38,6 @@ pub struct DecodePagedPrefillCall<'a, B: Backend> {
     pub(crate) q8: B::Slice<'a, F8E4M3>,         // [rows, H_Q, 576]
     pub(crate) unit_scale: B::Slice<'a, f32>,    // [1], 1.0
     pub(crate) slots_in: B::Slice<'a, i32>,      // [rows, TOPK] cache slots or -1
-    pub(crate) rope: B::Slice<'a, F8E4M3>,       // [rows · TOPK, 64]
     pub(crate) cache: B::Slice<'a, u8>,          // [slots, 656]
     pub(crate) sm_scale: f32,                    // natural-log units
     pub(crate) out: B::SliceMut<'a, bf16>,       // [rows, H_Q, 512]

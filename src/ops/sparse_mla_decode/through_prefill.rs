@@ -1,8 +1,8 @@
 //! The decode step through the FP8 sparse MLA prefill (docs/kernels/mla_cache.md §8.6): the
-//! step's q cast to e4m3 and its positions' RoPE values with it (a prepare kernel), then the
-//! Q8KV8 prefill's paged variant, which reads the step's top-k rows from the cache itself and
-//! scales their latent bytes by their group's scale in shared memory — the values a gather into
-//! an e4m3 workspace would have written, without the workspace. Where heads are many (64 and
+//! step's q cast to e4m3 and its slots masked (a prepare kernel), then the Q8KV8 prefill's
+//! paged variant, which reads the step's top-k rows from the cache itself, scales their latent
+//! bytes by their group's scale and casts their RoPE values to e4m3 in shared memory — the
+//! values a gather into an e4m3 workspace would have written, without the workspace. Where heads are many (64 and
 //! 128 a rank) the prefill's tensor-core rate outweighs everything else; the price is the
 //! prefill's precision class (e4m3 q and RoPE), which is why it is an op of its own and not a
 //! silent route of [`SparseMlaDecode`](super::SparseMlaDecode).
@@ -14,7 +14,7 @@ use crate::backend::cuda::{GraphRead, GraphRecorder, IsCuda, read_ref};
 use crate::dim::Dim;
 use crate::dtype::{F8E4M3, bf16};
 use crate::error::{Error, Result};
-use crate::layout::{MLA_CACHE_DIM, MLA_ROPE_DIM, MlaFp8KvCache};
+use crate::layout::{MLA_CACHE_DIM, MlaFp8KvCache};
 use crate::ops::sparse_mla::{OutRow, QRow};
 use crate::rules::{DecodeHeads, HeadTile, MlaCachePage, MlaScaleGroup, PadsTo, TopkWidth};
 use crate::tensor::{Cols, Scalar, Storage, StorageMut, Tensor};
@@ -29,10 +29,9 @@ pub struct DecodeThroughPrefill<const H_Q: usize, const TOPK: usize> {
     _heads: std::marker::PhantomData<(Dim<H_Q>, Dim<TOPK>)>,
 }
 
-/// The scratch of [`DecodeThroughPrefill`] for one row count: e4m3 q, the step's masked slots,
-/// its positions' e4m3 RoPE values (`rows · TOPK · 64` bytes: 34 MB at 256 rows of top-k
-/// 2048) and the prefill's max-logits output. Made once for a row count and reused by every
-/// step of that count.
+/// The scratch of [`DecodeThroughPrefill`] for one row count: e4m3 q, the step's masked slots
+/// and the prefill's max-logits output. Made once for a row count and reused by every step of
+/// that count.
 ///
 /// The fields are private: their extents stay what `new` made them.
 pub struct PrefillDecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usize> {
@@ -44,8 +43,6 @@ pub struct PrefillDecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usiz
     /// `[rows, TOPK]` each position's cache slot, or -1 (past its row's length or outside the
     /// cache).
     slots: Tensor<B, i32, Cols<TOPK>>,
-    /// `[rows · TOPK · 64]` each position's RoPE values in e4m3 (zero where its slot is -1).
-    rope: Tensor<B, F8E4M3, Scalar>,
     /// `[rows, H_Q]` the prefill's max logits (not part of the decode's outputs).
     max_logits: Tensor<B, f32, Cols<H_Q>>,
 }
@@ -69,10 +66,6 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, 
             q8: Tensor::zeros(backend, rows)?,
             unit_scale: Tensor::from_host(backend, "unit_scale", &[1.0f32], 1)?,
             slots: Tensor::zeros(backend, rows)?,
-            rope: Tensor::zeros(
-                backend,
-                Error::elements("workspace", positions, MLA_ROPE_DIM)?,
-            )?,
             max_logits: Tensor::zeros(backend, rows)?,
         })
     }
@@ -121,17 +114,15 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
         let slots = cache.slots();
         // SAFETY: `new`'s bounds (H_Q a decode head count, TOPK a multiple of 128); the queries
         // tie q, indices and lengths to `rows`; the workspace was made for `rows` (checked
-        // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX, rope rows × TOPK ×
-        // 64; the cache holds `slots` ≤ i32::MAX rows.
+        // above): q8 holds rows × H_Q × 576, slots rows × TOPK ≤ i32::MAX; the cache holds
+        // `slots` ≤ i32::MAX rows.
         unsafe {
             backend.sparse_mla_decode_prepare::<H_Q, TOPK>(launch::DecodePrepareCall {
                 rows,
                 slots,
                 queries: queries.slices(),
-                cache: cache.slice(),
                 q8: workspace.q8.as_slice_mut(),
                 slots_out: workspace.slots.as_slice_mut(),
-                rope: workspace.rope.as_slice_mut(),
             })?;
         }
         // SAFETY: as above; the outputs were tied to `rows` by `check_step`.
@@ -142,7 +133,6 @@ impl<const H_Q: usize, const TOPK: usize> DecodeThroughPrefill<H_Q, TOPK> {
                 q8: workspace.q8.as_slice(),
                 unit_scale: workspace.unit_scale.as_slice(),
                 slots_in: workspace.slots.as_slice(),
-                rope: workspace.rope.as_slice(),
                 cache: cache.slice(),
                 sm_scale: queries.sm_scale(),
                 out: out.as_slice_mut(),
