@@ -30,8 +30,8 @@ struct SparseMlaParams {
     // FP8 cache, [s_kv, 656] rows (docs/kernels/mla_cache.md), its indices cache slots.
 };
 
-// Eight bf16 values (16 bytes) cast to e4m3 as the FP8 cache's gather casts its RoPE values (round to nearest even, saturating at +-448):
-// eight bytes, first value in the low byte.
+// Eight bf16 values (16 bytes) cast to e4m3 as the FP8 cache's gather casts its RoPE values
+// (round to nearest even, saturating at +-448): eight bytes, first value in the low byte.
 __device__ __forceinline__ uint2 cast_bf16x8_e4m3(const uint4 x) {
     const u32 w[4] = {x.x, x.y, x.z, x.w};
     u32 e[2];

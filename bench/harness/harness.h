@@ -38,8 +38,6 @@ struct HarnessParams {
     int h_q;
     int head_tiles;            // ceil(h_q / tile)
     int topk;
-    const uint8_t* rope;       // [s_q * topk, 64] e4m3 for the 64-head kernel's paged variant;
-                               // nullptr here (the harness times the workspace kernels)
 };
 
 // A variant's entry point: launches it on `stream` for d_qk 512 or 576, head tile `tile` (8, 16
