@@ -18,7 +18,8 @@
 #                     alternately base, new, base, on one machine: the new JSON in
 #                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder; a
 #                     bundle's candidates run after new, their JSON in cand-<commit>/ (with
-#                     the FP8 matmul rate, as every round)
+#                     the FP8 matmul rate, as every round); without a baseline build, new runs
+#                     before and after the candidates (the second run's JSON in new-2/)
 #   BENCH_PACK=FILE   (bench, compare) every file of $BENCH_JSON_DIR packed into FILE at the end
 #   PACK_AT=SECONDS   (with BENCH_PACK) also pack what is there after SECONDS, in the background:
 #                     a call stopped at its time limit still returns the JSON written so far
@@ -142,6 +143,10 @@ check() {
     report() {
         local tag=$1 rc
         rc=$(cat "$logs/$tag.rc" 2>/dev/null || echo missing)
+        # A test name that matches nothing runs zero tests and exits 0: that is a failure here.
+        if [ "$rc" = 0 ] && grep -q '^running 0 tests' "$logs/$tag.log"; then
+            rc="no test of that name"
+        fi
         case "$rc" in
             0) echo "== $tag: ok, $(grep -hE 'test result|ERROR SUMMARY|RACECHECK SUMMARY' "$logs/$tag.log" | tr '\n' ' ')" ;;
             skipped) echo "== $tag: skipped (time)" ;;
@@ -202,23 +207,33 @@ compare() {
     base=$(cat "$here/base/commit" 2>/dev/null || echo unknown)
     for b in "$here"/bin/bench_*; do
         old="$here/base/$(basename "$b")"
-        if [ ! -x "$old" ]; then
-            echo "== $(basename "$b"): no baseline build in base/" >&2
+        # Candidates (cand/<commit>/) run between the new build and the last bracketing round,
+        # their JSON in cand-<commit>/.
+        local cands=() cand
+        for cand in "$here"/cand/*/; do
+            [ -x "$cand$(basename "$b")" ] && cands+=("$(basename "$cand")")
+        done
+        local rounds
+        if [ -x "$old" ]; then
+            rounds=(base new "${cands[@]}" base)
+        elif [ ${#cands[@]} -gt 0 ]; then
+            # No baseline build: the new build brackets the candidates (its second run's JSON
+            # in new-2/).
+            rounds=(new "${cands[@]}" new-2)
+        else
+            echo "== $(basename "$b"): no baseline build in base/ and no candidate build" >&2
             status=1
             continue
         fi
-        # Candidates (cand/<commit>/) run between the new build and the last baseline round,
-        # their JSON in cand-<commit>/.
-        local rounds=(base new) cand
-        for cand in "$here"/cand/*/; do
-            [ -x "$cand$(basename "$b")" ] && rounds+=("$(basename "$cand")")
-        done
-        rounds+=(base)
         for round in "${rounds[@]}"; do
             echo "== $(basename "$b") ($round)"
             case "$round" in
                 base) SHAPEPROOF_COMMIT=$base BENCH_JSON_DIR="$BENCH_JSON_DIR/base" "$old" || status=1 ;;
                 new) "$b" || status=1 ;;
+                new-2)
+                    mkdir -p "$BENCH_JSON_DIR/new-2"
+                    BENCH_JSON_DIR="$BENCH_JSON_DIR/new-2" "$b" || status=1
+                    ;;
                 *)
                     mkdir -p "$BENCH_JSON_DIR/cand-$round"
                     SHAPEPROOF_COMMIT=$round BENCH_JSON_DIR="$BENCH_JSON_DIR/cand-$round" \
