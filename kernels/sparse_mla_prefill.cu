@@ -374,12 +374,14 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], u64 desc_a, u64 desc_b
 // 64-byte swizzle (8 tokens x 64 bytes, contiguous).
 // PAGED: a row is a 656-byte cache row; its latent bytes land raw in columns 0-7 (the owner
 // warpgroup scales them in place before its S: convert_latent), its four group scales in the
-// slot's scale area (the lanes of chunk 0); column 8 (RoPE) is the owner's too (cast_rope).
+// slot's scale area (the lanes of chunk 0); column 8 (RoPE) is the owner's too (load_rope_round,
+// store_rope_round).
 template <int D_QK, bool PAGED = false>
 struct Gather {
     using L = Smem<D_QK, PAGED>;
     static constexpr int kRowBytes = PAGED ? 656 : D_QK;  // bytes between kv rows
     static constexpr int kScalesAt = 512;                 // PAGED: a cache row's scales
+    static constexpr int kRopeAt = kScalesAt + 16;        // PAGED: its bf16 RoPE values
     u32 k_base, bars;
     u32 scale_base;      // PAGED: K slot 0's scales (L::kScales)
     u16* mask16;
@@ -749,8 +751,9 @@ __global__ void __launch_bounds__(sparse_mla::kThreads, 1)
             const int ct = threadIdx.x & 127;
             const i32 kv_slot = __ldg(idx_item + (b - gbase) * kTokensPerBlock + (ct >> 1));
             if (kv_slot >= 0 && kv_slot < p.s_kv) {
-                rope_src = reinterpret_cast<const uint4*>(p.kv + (i64)kv_slot * 656 + 528 +
-                                                          64 * (ct & 1));
+                using G = Gather<D_QK, true>;
+                rope_src = reinterpret_cast<const uint4*>(
+                    p.kv + (i64)kv_slot * G::kRowBytes + G::kRopeAt + 64 * (ct & 1));
             }
             load_rope_round(rope_src, 0, rope_x);
         }

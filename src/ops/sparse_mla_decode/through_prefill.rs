@@ -2,10 +2,10 @@
 //! step's q cast to e4m3 and its slots masked (a prepare kernel), then the Q8KV8 prefill's
 //! paged variant, which reads the step's top-k rows from the cache itself, scales their latent
 //! bytes by their group's scale and casts their RoPE values to e4m3 in shared memory — the
-//! values a gather into an e4m3 workspace would have written, without the workspace. Where heads are many (64 and
-//! 128 a rank) the prefill's tensor-core rate outweighs everything else; the price is the
-//! prefill's precision class (e4m3 q and RoPE), which is why it is an op of its own and not a
-//! silent route of [`SparseMlaDecode`](super::SparseMlaDecode).
+//! values a gather into an e4m3 workspace would have written, without the workspace. Where
+//! heads are many (64 and 128 a rank) the prefill's tensor-core rate outweighs everything else;
+//! the price is the prefill's precision class (e4m3 q and RoPE), which is why it is an op of its
+//! own and not a silent route of [`SparseMlaDecode`](super::SparseMlaDecode).
 
 use super::launch;
 use super::{DecodeQueries, RunDecode};
