@@ -699,10 +699,9 @@ def decode_through_prefill(run, limit):
                   "gather + workspace prefill µs", "the gather alone µs", "TFLOP/s",
                   "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
         text = ("The same steps through the FP8 prefill (`DecodeThroughPrefill`: q cast to "
-                "e4m3, then the prefill reading the cache rows; until 886c512 the prepare kernel "
-                "also cast the positions' RoPE values, since then the prefill casts them as it "
-                "reads them), beside the route it replaced (the gather into a workspace and the "
-                "prefill over it, q cast beforehand and not timed), same run:")
+                "e4m3, then the prefill reading the cache rows and casting their RoPE values), "
+                "beside the route it replaced (the gather into a workspace and the prefill over "
+                "it, q cast beforehand and not timed), same run:")
     else:
         header = ["(B, s_q, h_q, TOPK)", "µs (q cast + gather + prefill)", "the gather alone µs",
                   "TFLOP/s", "of FP8 matmul", "max |Δout| vs decode", "cos distance vs decode"]
