@@ -62,7 +62,7 @@ fn row_gather_us(g: &Cuda, cache: &DeepSeekV32KvCache<Cuda>, slots: &[i32]) -> f
     let mut sink_view = sink.as_slice_mut();
     let mut args = DeviceArgs::new(g).unwrap();
     let params = RowGatherParams {
-        cache: args.read("cache", &bytes).unwrap(),
+        cache: args.read_vectors("cache", &bytes).unwrap(),
         slot: args.read("slot", &slot_view).unwrap(),
         sink: args.write("sink", &mut sink_view).unwrap(),
         positions: slots.len() as i64,

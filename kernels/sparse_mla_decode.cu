@@ -507,7 +507,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 // One CTA of 128 threads a (row, head), 4 dims a thread. A row has at most 32 splits (the host
 // never splits further: a top-k wider than 2048 takes several blocks a split): the first warp
 // reads every split's lse at once and leaves the weights in shared memory, and the output
-// loads of all splits are independent.
+// loads of all splits are independent. `out` is written in 8-byte vectors (four bf16 a thread):
+// the host admits it only at a 16-byte boundary.
 template <int H_Q>
 __global__ void __launch_bounds__(128) sparse_mla_decode_combine_kernel(const DecodeParams p) {
     constexpr int kMaxSplits = 32;

@@ -7,14 +7,16 @@
 //! 2^-9 a weight, and the output to bf16); an empty row is exactly `out = 0`, `lse = +inf`.
 //! A step recorded into a CUDA graph (split, so the workspace carries the partials) replays to
 //! the bytes of the same step run directly. The step through the prefill (`DecodeThroughPrefill`)
-//! against the same route on the CPU, with the prefill's tolerances.
+//! against the same route on the CPU, with the prefill's tolerances. An `out` view off a 16-byte
+//! boundary is an `Err` naming it, and changes nothing.
 //! Compiled only with `--features gpu-tests`; run on the H200 (`scripts/gpu-bundle.sh`).
 #![cfg(feature = "gpu-tests")]
 
 mod common;
 
+use cudarc::driver::CudaSlice;
 use rand::Rng;
-use shapeproof::backend::{Cpu, Cuda};
+use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
 use shapeproof::layout::{DeepSeekV32KvCache, MLA_CACHE_DIM};
@@ -25,7 +27,7 @@ use shapeproof::ops::sparse_mla_decode::{
     SparseMlaDecode,
 };
 use shapeproof::rules::{DecodeHeads, HeadTile, PadsTo, TopkWidth};
-use shapeproof::tensor::{Cols, Tensor};
+use shapeproof::tensor::{Cols, Tensor, TensorViewMut};
 
 fn gpu() -> Cuda {
     Cuda::new(0).unwrap_or_else(|e| panic!("GPU tests need a CUDA device: {e}"))
@@ -288,6 +290,93 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     graph.replay().unwrap();
     drop(graph);
     assert_replayed_bytes(&g, &out, &lse, &want_out, &want_lse);
+}
+
+/// `out` lent at an offset that is not a multiple of 16 bytes is an `Err` naming it before
+/// anything is queued (the combine writes `out` in 8-byte vectors: a misaligned store would
+/// poison the CUDA context), and neither output changes; at a 16-byte offset the step writes the
+/// owned run's bytes there and nothing before or after them.
+#[test]
+fn an_out_view_off_a_16_byte_boundary_is_an_error() {
+    const H: usize = 16;
+    const TOPK: usize = 2048;
+    let g = gpu();
+    let mut rng = common::rng("an_out_view_off_a_16_byte_boundary_is_an_error");
+    let (pages, rows) = (16, 1);
+    let slots = pages * 64;
+    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let cache = stored_cache(&g, &kv, pages);
+    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| rng.random_range(0..slots as i32))
+        .collect();
+    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
+        Tensor::from_host(&g, "q", &q, rows).unwrap(),
+        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
+        0.0417,
+    )
+    .unwrap();
+    let decode = SparseMlaDecode::<H, TOPK>::new();
+    let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
+    assert!(ws.splits() > 1, "one row is split and combined");
+    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
+    decode
+        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+
+    let n = rows * H * 512; // out's values: [rows, H, 512]
+    let pad = 16; // values of room around the view
+    let mut out_buf = g.upload(&vec![bf16::NAN; n + 2 * pad]).unwrap();
+    let mut lse_buf = g.upload(&vec![f32::NAN; rows * H]).unwrap();
+    // The step with `out` lent at value offset `at` of `out_buf`.
+    let mut step = |out_buf: &mut CudaSlice<bf16>, lse_buf: &mut CudaSlice<f32>, at: usize| {
+        let mut out = TensorViewMut::<Cuda, bf16, OutRow<H>>::from_slice_mut(
+            "out",
+            Cuda::slice_range_mut(out_buf, at..at + n).unwrap(),
+            rows,
+        )
+        .unwrap();
+        let mut lse = TensorViewMut::<Cuda, f32, Cols<H>>::from_slice_mut(
+            "lse",
+            Cuda::slice_range_mut(lse_buf, 0..rows * H).unwrap(),
+            rows,
+        )
+        .unwrap();
+        decode.run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
+    };
+    for at in [1, 2, 4] {
+        // 2, 4 and 8 bytes past a 16-byte boundary
+        common::boundary::names(step(&mut out_buf, &mut lse_buf, at), "out");
+    }
+    g.synchronize().unwrap();
+    assert!(
+        g.download(&out_buf).unwrap().iter().all(|v| v.is_nan()),
+        "a refused step wrote out"
+    );
+    assert!(
+        g.download(&lse_buf).unwrap().iter().all(|v| v.is_nan()),
+        "a refused step wrote lse"
+    );
+
+    step(&mut out_buf, &mut lse_buf, 8).expect("a 16-byte offset is accepted");
+    let got = g.download(&out_buf).unwrap();
+    assert!(
+        got[..8].iter().chain(&got[8 + n..]).all(|v| v.is_nan()),
+        "out changed outside its view"
+    );
+    assert!(
+        got[8..8 + n]
+            .iter()
+            .zip(&want_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "out through a view differs from the owned run"
+    );
+    assert_eq!(
+        g.download(&lse_buf).unwrap(),
+        want_lse,
+        "lse through a view"
+    );
 }
 
 /// The step through the prefill (`DecodeThroughPrefill`) on `b`: the same inputs as `run`.

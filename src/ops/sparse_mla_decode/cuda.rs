@@ -174,7 +174,7 @@ impl DecodeEntry for Cuda {
             indices: args.read("indices", &queries.indices)?,
             lengths: args.read_opt("lengths", queries.lengths.as_ref())?,
             cache: args.read_vectors("kv_cache", &cache)?,
-            out: args.write("out", &mut out)?,
+            out: args.write_vectors("out", &mut out)?,
             lse: args.write("lse", &mut lse)?,
             part_o: args.write_vectors("decode partial out", &mut part_o)?,
             part_lse: args.write("decode partial lse", &mut part_lse)?,
