@@ -16,6 +16,7 @@ mod common;
 
 use cudarc::driver::CudaSlice;
 use rand::Rng;
+use rand::rngs::StdRng;
 use shapeproof::backend::{Backend, Cpu, Cuda};
 use shapeproof::dim::Dim;
 use shapeproof::dtype::bf16;
@@ -251,6 +252,36 @@ fn short_top_k() {
     case::<64, 128>(3, 2, true);
 }
 
+/// Inputs of the byte-level tests on `g`: a cache of `pages` pages of normal rows, and `rows`
+/// query rows of normal q whose indices are drawn uniformly from `lowest..slots` (-1 = no
+/// slot), softmax scale 0.0417.
+fn uniform_step<const H: usize, const TOPK: usize>(
+    g: &Cuda,
+    rng: &mut StdRng,
+    pages: usize,
+    rows: usize,
+    lowest: i32,
+) -> (DeepSeekV32KvCache<Cuda>, DecodeQueries<Cuda, H, TOPK>)
+where
+    Dim<H>: DecodeHeads,
+    Dim<TOPK>: TopkWidth,
+{
+    let slots = pages * 64;
+    let kv = common::bf16_normal(rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
+    let cache = stored_cache(g, &kv, pages);
+    let q = common::bf16_normal(rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
+    let indices: Vec<i32> = (0..rows * TOPK)
+        .map(|_| rng.random_range(lowest..slots as i32))
+        .collect();
+    let queries = DecodeQueries::new(
+        Tensor::from_host(g, "q", &q, rows).unwrap(),
+        Tensor::from_host(g, "indices", &indices, rows).unwrap(),
+        0.0417,
+    )
+    .unwrap();
+    (cache, queries)
+}
+
 #[test]
 fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     const H: usize = 16;
@@ -258,19 +289,7 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     let g = gpu();
     let mut rng = common::rng("a_recorded_step_replays_to_the_direct_steps_bytes");
     let (pages, rows) = (64, 2);
-    let slots = pages * 64;
-    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
-    let cache = stored_cache(&g, &kv, pages);
-    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
-    let indices: Vec<i32> = (0..rows * TOPK)
-        .map(|_| rng.random_range(0..slots as i32))
-        .collect();
-    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
-        Tensor::from_host(&g, "q", &q, rows).unwrap(),
-        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
-        0.0417,
-    )
-    .unwrap();
+    let (cache, queries) = uniform_step::<H, TOPK>(&g, &mut rng, pages, rows, 0);
     let decode = SparseMlaDecode::<H, TOPK>::new();
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     assert!(ws.splits() > 1, "two rows split their top-k");
@@ -303,19 +322,7 @@ fn an_out_view_off_a_16_byte_boundary_is_an_error() {
     let g = gpu();
     let mut rng = common::rng("an_out_view_off_a_16_byte_boundary_is_an_error");
     let (pages, rows) = (16, 1);
-    let slots = pages * 64;
-    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
-    let cache = stored_cache(&g, &kv, pages);
-    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
-    let indices: Vec<i32> = (0..rows * TOPK)
-        .map(|_| rng.random_range(0..slots as i32))
-        .collect();
-    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
-        Tensor::from_host(&g, "q", &q, rows).unwrap(),
-        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
-        0.0417,
-    )
-    .unwrap();
+    let (cache, queries) = uniform_step::<H, TOPK>(&g, &mut rng, pages, rows, 0);
     let decode = SparseMlaDecode::<H, TOPK>::new();
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     assert!(ws.splits() > 1, "one row is split and combined");
@@ -531,19 +538,7 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     let g = gpu();
     let mut rng = common::rng("a_recorded_step_through_the_prefill_replays");
     let (pages, rows) = (16, 3);
-    let slots = pages * 64;
-    let kv = common::bf16_normal(&mut rng, slots * MLA_CACHE_DIM, 0.0, 1.0);
-    let cache = stored_cache(&g, &kv, pages);
-    let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
-    let indices: Vec<i32> = (0..rows * TOPK)
-        .map(|_| rng.random_range(-1..slots as i32))
-        .collect();
-    let queries = DecodeQueries::<Cuda, H, TOPK>::new(
-        Tensor::from_host(&g, "q", &q, rows).unwrap(),
-        Tensor::from_host(&g, "indices", &indices, rows).unwrap(),
-        0.0417,
-    )
-    .unwrap();
+    let (cache, queries) = uniform_step::<H, TOPK>(&g, &mut rng, pages, rows, -1);
     let route = DecodeThroughPrefill::<H, TOPK>::new();
     let mut ws = PrefillDecodeWorkspace::new(&g, rows).unwrap();
     let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
