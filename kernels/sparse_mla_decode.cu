@@ -25,6 +25,9 @@
 //   accumulators, in units of m_g / 2^14, are rescaled when m_g grows, exactly: scales are
 //   powers of two), V the raw e4m3 bytes converted to f16, and the output multiplied by
 //   m_g / 2^14 at the end.
+// - The epilogue stages the CTA's 16 x 512 results in the free row buffers and writes each head's
+//   row with consecutive threads on consecutive 16 bytes (a thread's own results are 32 dims
+//   of two heads, which a direct store would spread over 32 lines a warp instruction).
 // H_Q = 8 runs one 16-head group whose last 8 heads have zero queries and are not written.
 
 // Mirrored by `DecodeParams` in src/ops/sparse_mla_decode/cuda.rs (checked by the NVRTC tests).
@@ -98,6 +101,13 @@ __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     u32 r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One 16-byte global store (left to itself the compiler splits some into four 4-byte ones).
+__device__ __forceinline__ void st_global_v4(void* dst, uint4 v) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
 }
 
 // Scale group g's f32 scale of the cache row at `row`.
@@ -464,9 +474,20 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         __syncthreads();  // buffer b & 1 and sS are rewritten by the next blocks
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();  // every warp is past its last read of the row buffers (the staging below)
 
-    // Epilogue: heads r0 and r0 + 8 of the group; accumulator n, columns 2 quad + {0, 1}, is
-    // dims 128 warp + 16 (2 quad + {0, 1}) + n.
+    // Epilogue through shared memory. A thread holds 32 consecutive dims of each of its heads
+    // r0 and r0 + 8 (accumulator n, column c of its quad is dim 128 warp + 32 quad + 16 c + n),
+    // so a warp's direct store would touch 32 heads' or columns' lines at once (8 heads x 4
+    // quads). Instead the CTA stages its 16 x 512 results in f32 in the row buffers (free now),
+    // then writes each head's row with consecutive threads on consecutive 16 bytes: a warp's
+    // store covers 512 contiguous bytes. Staged layout: a head's row is 16 segments of 32 dims,
+    // each padded by 16 bytes, and rows kOutStride bytes apart, so the staging's 16-byte stores
+    // (8 lanes a phase: 2 heads x 4 quads) and the write-out's loads hit distinct banks.
+    constexpr int kSegBytes = 32 * 4 + 16;
+    constexpr int kOutStride = (kDv / 32) * kSegBytes + 64;
+    static_assert(kHeads * kOutStride <= 2 * kSmemKv, "the staged output fits the row buffers");
+    u8* sOut = sKvBuf;  // [16][kOutStride]: f32 out (or partial) rows of the group's heads
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int h = r0 + 8 * r;
@@ -477,27 +498,49 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         // The accumulators are in units of m_g / 2^14.
         const float inv = l_run[r] > 0.0f ? m_scale / kPScale / l_run[r] : 0.0f;
         const float lse = l_run[r] > 0.0f ? m_run[r] + logf(l_run[r]) : -pos_inf();
-        if (p.splits == 1) {
+        u8* seg = sOut + h * kOutStride + (warp * 4 + quad) * kSegBytes;
 #pragma unroll
-            for (int n = 0; n < 16; ++n) {
-                const int d = warp * 128 + 32 * quad + n;
-                p.out[head * kDv + d] = f32_to_bf16(o[n][2 * r] * inv);
-                p.out[head * kDv + d + 16] = f32_to_bf16(o[n][2 * r + 1] * inv);
+        for (int c = 0; c < 2; ++c) {  // column 2 quad + c: dims 16 c + n of the segment
+#pragma unroll
+            for (int n = 0; n < 16; n += 4) {
+                const int e = 2 * r + c;
+                *reinterpret_cast<float4*>(seg + (16 * c + n) * 4) =
+                    make_float4(o[n][e] * inv, o[n + 1][e] * inv, o[n + 2][e] * inv,
+                                o[n + 3][e] * inv);
             }
-            if (warp == 0 && quad == 0) {
+        }
+        if (warp == 0 && quad == 0) {
+            if (p.splits == 1) {
                 p.lse[head] = l_run[r] > 0.0f ? lse : pos_inf();
-            }
-        } else {
-            float* po = p.part_o + (head * p.splits + split) * kDv;
-#pragma unroll
-            for (int n = 0; n < 16; ++n) {
-                const int d = warp * 128 + 32 * quad + n;
-                po[d] = o[n][2 * r] * inv;
-                po[d + 16] = o[n][2 * r + 1] * inv;
-            }
-            if (warp == 0 && quad == 0) {
+            } else {
                 p.part_lse[head * p.splits + split] = lse;
             }
+        }
+    }
+    __syncthreads();
+    // `out` and `part_o` start at multiples of 16 bytes (the host admits them so); a head's
+    // 512 values are 1024 (bf16) or 2048 (f32) bytes.
+    if (p.splits == 1) {
+        // Two heads a pass: thread tid writes dims 8 c ... 8 c + 7 (c = tid % 64) of head
+        // 2 pass + tid / 64 as one 16-byte vector of bf16.
+        const int c = tid % 64;
+        for (int h = tid / 64; h < kRealHeads; h += kThreads / 64) {
+            const u8* src = sOut + h * kOutStride + (c / 4) * kSegBytes + (c % 4) * 32;
+            const float4 a = *reinterpret_cast<const float4*>(src);
+            const float4 b = *reinterpret_cast<const float4*>(src + 16);
+            const i64 head = (i64)row * H_Q + head0 + h;
+            decode::st_global_v4(p.out + head * kDv + 8 * c,
+                                 make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
+                                            pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w)));
+        }
+    } else {
+        // One head a pass: thread tid writes dims 4 tid ... 4 tid + 3 of the head's partial.
+        const u8* src = sOut + (tid / 8) * kSegBytes + (tid % 8) * 16;
+#pragma unroll 4
+        for (int h = 0; h < kRealHeads; ++h) {
+            const float4 v = *reinterpret_cast<const float4*>(src + h * kOutStride);
+            const i64 head = (i64)row * H_Q + head0 + h;
+            *reinterpret_cast<float4*>(p.part_o + (head * p.splits + split) * kDv + 4 * tid) = v;
         }
     }
 }
