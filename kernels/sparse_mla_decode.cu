@@ -200,11 +200,19 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         if (b < last_block) {
             const i32* slots = sSlotBuf + (b & 1) * kBlock;
             u8* dst = sKvBuf + (b & 1) * kSmemKv;
-            for (int c = tid; c < kBlock * (kRowBytes / 16); c += kThreads) {
-                const int t = c / (kRowBytes / 16), v = c % (kRowBytes / 16);
+            // A warp copies whole rows, t = warp, warp + 4, ...: its first 32 lanes take the
+            // row's first 512 bytes, lanes 0..8 the last 144 (41 chunks of 16 bytes), so every
+            // copy instruction reads from one row and the slot is one broadcast load a row.
+#pragma unroll 4
+            for (int t = warp; t < kBlock; t += kThreads / 32) {
                 const i32 slot = slots[t];
-                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes) + v * 16;
-                cp_async_16(smem_addr(dst + t * kRowBytes + v * 16), src, slot < 0 ? 0u : 16u);
+                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes);
+                const u32 dst_row = smem_addr(dst + t * kRowBytes);
+                const u32 bytes = slot < 0 ? 0u : 16u;
+                cp_async_16(dst_row + lane * 16, src + lane * 16, bytes);
+                if (lane < kRowBytes / 16 - 32) {
+                    cp_async_16(dst_row + (lane + 32) * 16, src + (lane + 32) * 16, bytes);
+                }
             }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
