@@ -282,6 +282,30 @@ where
     (cache, queries)
 }
 
+/// The bytes of one step of `decode` run directly into poisoned outputs, the reference of the
+/// byte-level tests; the step must split its top-k (`why` says why it does), so the workspace
+/// carries partials and the combine runs.
+fn direct_split_step<const H: usize, const TOPK: usize>(
+    g: &Cuda,
+    decode: &SparseMlaDecode<H, TOPK>,
+    queries: &DecodeQueries<Cuda, H, TOPK>,
+    cache: &DeepSeekV32KvCache<Cuda>,
+    rows: usize,
+    why: &str,
+) -> (Vec<bf16>, Vec<f32>)
+where
+    Dim<H>: DecodeHeads,
+    Dim<TOPK>: TopkWidth,
+{
+    let mut ws = DecodeWorkspace::new(g, rows).unwrap();
+    assert!(ws.splits() > 1, "{why}");
+    let (mut out, mut lse) = poisoned::<Cuda, H>(g, rows);
+    decode
+        .run(g, queries, cache, &mut ws, &mut out, &mut lse)
+        .unwrap();
+    (out.to_host(g).unwrap(), lse.to_host(g).unwrap())
+}
+
 #[test]
 fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     const H: usize = 16;
@@ -291,13 +315,14 @@ fn a_recorded_step_replays_to_the_direct_steps_bytes() {
     let (pages, rows) = (64, 2);
     let (cache, queries) = uniform_step::<H, TOPK>(&g, &mut rng, pages, rows, 0);
     let decode = SparseMlaDecode::<H, TOPK>::new();
-    let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
-    assert!(ws.splits() > 1, "two rows split their top-k");
-    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
-    decode
-        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
-        .unwrap();
-    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
+    let (want_out, want_lse) = direct_split_step(
+        &g,
+        &decode,
+        &queries,
+        &cache,
+        rows,
+        "two rows split their top-k",
+    );
     let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
     let mut recorder = g.record_graph().unwrap();
@@ -324,13 +349,15 @@ fn an_out_view_off_a_16_byte_boundary_is_an_error() {
     let (pages, rows) = (16, 1);
     let (cache, queries) = uniform_step::<H, TOPK>(&g, &mut rng, pages, rows, 0);
     let decode = SparseMlaDecode::<H, TOPK>::new();
+    let (want_out, want_lse) = direct_split_step(
+        &g,
+        &decode,
+        &queries,
+        &cache,
+        rows,
+        "one row is split and combined",
+    );
     let mut ws = DecodeWorkspace::new(&g, rows).unwrap();
-    assert!(ws.splits() > 1, "one row is split and combined");
-    let (mut out, mut lse) = poisoned::<Cuda, H>(&g, rows);
-    decode
-        .run(&g, &queries, &cache, &mut ws, &mut out, &mut lse)
-        .unwrap();
-    let (want_out, want_lse) = (out.to_host(&g).unwrap(), lse.to_host(&g).unwrap());
 
     let n = rows * H * 512; // out's values: [rows, H, 512]
     let pad = 16; // values of room around the view
