@@ -157,8 +157,14 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     }
     const int first_block = split * p.blocks_per_split;  // < TOPK / kBlock (no split is empty)
     const int raw_length = p.lengths != nullptr ? p.lengths[row] : TOPK;
+    // A warp copies the rows of positions 64 b + warp + 4 i, i < 16, and its lane i < 16 holds
+    // that position's slot: the slots a warp copies from never leave it (no barrier before the
+    // copies). pos_of(b) is this lane's position.
+    constexpr int kRowsPerWarp = kBlock / kWarps;
+    auto pos_of = [&](int b) -> int { return b * kBlock + warp + kWarps * lane; };
     auto raw_slot = [&](int b) -> i32 {
-        return tid < kBlock && b < TOPK / kBlock ? p.indices[(i64)row * TOPK + b * kBlock + tid] : -1;
+        return lane < kRowsPerWarp && b < TOPK / kBlock ? p.indices[(i64)row * TOPK + pos_of(b)]
+                                                        : -1;
     };
     const i32 raw_first = raw_slot(first_block);
     i32 next_slot = raw_slot(first_block + 1);
@@ -180,32 +186,37 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     }
     const int quad = lane % 4, r0 = lane / 4;
 
-    // Slot `raw` of position 64 b + tid of this row as the copies take it: -1 past the split,
+    // Slot `raw` of this lane's position of block b as the copies take it: -1 past the split,
     // past the row's length, or outside the cache.
     auto masked = [&](int b, i32 raw) -> i32 {
-        const int pos = b * kBlock + tid;
-        if (tid >= kBlock || b >= last_block || pos >= length) {
+        const int pos = pos_of(b);
+        if (lane >= kRowsPerWarp || b >= last_block || pos >= length) {
             return -1;
         }
         return (raw >= 0 && raw < p.slots) ? raw : -1;
     };
-    // The slot of position `pos` of this row (thread `tid` < 64 reads position 64 b + tid), or -1.
+    // The slot of this lane's position of block b, or -1.
     auto slot_at = [&](int b) -> i32 {
-        const int pos = b * kBlock + tid;
-        const bool read = tid < kBlock && b < last_block && pos < length;
+        const int pos = pos_of(b);
+        const bool read = lane < kRowsPerWarp && b < last_block && pos < length;
         return read ? masked(b, p.indices[(i64)row * TOPK + pos]) : -1;
     };
-    // Block b's cache rows into buffer b & 1 (one commit group; empty past the last block).
-    auto copy_rows = [&](int b) {
+    // Block b's slots into buffer b & 1 (for S's validity, read after a barrier) and its cache
+    // rows into row buffer b & 1 (one commit group; empty past the last block); `my_slot` is
+    // this lane's slot of block b.
+    auto copy_rows = [&](int b, i32 my_slot) {
+        if (lane < kRowsPerWarp) {
+            sSlotBuf[(b & 1) * kBlock + warp + kWarps * lane] = my_slot;
+        }
         if (b < last_block) {
-            const i32* slots = sSlotBuf + (b & 1) * kBlock;
             u8* dst = sKvBuf + (b & 1) * kSmemKv;
-            // A warp copies whole rows, t = warp, warp + 4, ...: its first 32 lanes take the
-            // row's first 512 bytes, lanes 0..8 the last 144 (41 chunks of 16 bytes), so every
-            // copy instruction reads from one row and the slot is one broadcast load a row.
+            // A warp copies whole rows, t = warp + 4 i: its first 32 lanes take the row's first
+            // 512 bytes, lanes 0..8 the last 144 (41 chunks of 16 bytes), so every copy
+            // instruction reads from one row, whose slot lane i holds.
 #pragma unroll 4
-            for (int t = warp; t < kBlock; t += kThreads / 32) {
-                const i32 slot = slots[t];
+            for (int i = 0; i < kRowsPerWarp; ++i) {
+                const int t = warp + kWarps * i;
+                const i32 slot = __shfl_sync(0xffffffffu, my_slot, i);
                 const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes);
                 const u32 dst_row = smem_addr(dst + t * kRowBytes);
                 const u32 bytes = slot < 0 ? 0u : 16u;
@@ -217,12 +228,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    if (tid < kBlock) {
-        sSlotBuf[(first_block & 1) * kBlock + tid] = masked(first_block, raw_first);
-    }
     next_slot = masked(first_block + 1, next_slot);
-    __syncthreads();
-    copy_rows(first_block);
+    copy_rows(first_block, masked(first_block, raw_first));
 
     // Q into shared memory while the first rows are in flight (the loop's first barrier orders
     // it before S): the latent part as f16 times the head's power-of-two scale 2^-k (its largest
@@ -274,13 +281,9 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     }
 
     for (int b = first_block; b < last_block; ++b) {
-        // Block b + 1: its slots (read during block b - 1) to shared memory, its copies issued;
-        // block b + 2's slots read meanwhile.
-        if (tid < kBlock) {
-            sSlotBuf[((b + 1) & 1) * kBlock + tid] = next_slot;
-        }
-        __syncthreads();
-        copy_rows(b + 1);
+        // Block b + 1's copies issued (its buffers were last read by block b - 1, before the
+        // barrier that ended it); block b + 2's slots read meanwhile.
+        copy_rows(b + 1, next_slot);
         next_slot = slot_at(b + 2);
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
