@@ -54,12 +54,36 @@ constexpr int kDim = 576;
 constexpr int kDv = 512;
 constexpr int kRowBytes = 656;
 constexpr int kBlock = 64;                 // top-k positions a step
-// Bytes of a Q row in shared memory: 512 f16 latent values, 64 bf16 RoPE values, the head's
-// f32 scale at kQScale, padded so the S loop's 8-byte loads of 8 rows hit distinct banks.
+// Q in shared memory, kSmemQ bytes (16 rows of kQStride: the host's size of the region).
+// - The latent part (f16) as the S loop's A fragments: k-step ks (16 channels) owns the 512
+//   bytes from kQLat + 512 ks, 32 fragments of 16 bytes; fragment (row r < 8, quad q) holds
+//   the words {row r, row r + 8} of channels 16 ks + 4 q + {0, 1}, then of 16 ks + 4 q + {2, 3},
+//   and sits at chunk q_chunk(ks, 4 r + q). One 16-byte load a fragment into four consecutive
+//   registers (two 8-byte loads needed four register moves).
+// - The RoPE part (bf16) in rows of kRopeStride bytes from kQRope (ldmatrix reads 8 rows at a
+//   16-byte column: 144-byte rows put them in distinct banks), the head's f32 scale at byte
+//   kQScale of its row.
 constexpr int kQStride = kDim * 2 + 32;
-constexpr int kQScale = kDim * 2;
-constexpr int kSStride = kBlock + 4;       // floats of an S row in shared memory (padded)
+constexpr int kQLat = 0;
+constexpr int kQRope = kDv * 2 * kHeads;
+constexpr int kRopeStride = (kDim - kDv) * 2 + 16;
+constexpr int kQScale = (kDim - kDv) * 2;
+// Chunk (16 bytes) of fragment `f` = 4 r + q within k-step ks's 512 bytes. A 16-byte shared
+// access is served a quarter warp (8 lanes) at a time, and 8 lanes hit distinct banks only when
+// their chunks differ in the low three bits. The S loop's lane 4 r + q reads fragment `lane`;
+// the writer's quarter warp writes quads {0, 2} (or {1, 3}) of one row for four consecutive
+// k-steps. The swizzle XORs the low bits with (ks & 1) | (ks & 2) << 1 (0, 1, 4 or 5), which
+// keeps a reader's chunks within its 8 and gives the writer's 8 lanes 8 distinct low parts.
+// (Unswizzled quad-major order, chunk 8 q + r, put a reader's four quads on the same banks:
+// four wavefronts a load, and the kernel 16% slower at (128, 2, 16) on an H100.)
+__device__ __forceinline__ int q_chunk(int ks, int f) {
+    return f ^ ((ks & 1) | ((ks & 2) << 1));
+}
+// Floats of an S row in shared memory: 72 = 8 banks a row, so the 8-byte stores and loads of
+// a half warp (rows r0 < 4, columns 2 quad + {0, 1}) hit 32 distinct banks (68 made two ways).
+constexpr int kSStride = kBlock + 8;
 constexpr int kSmemQ = kHeads * kQStride;
+static_assert(kQRope + kHeads * kRopeStride <= kSmemQ, "Q's layout fits its region");
 constexpr int kSmemKv = kBlock * kRowBytes;
 constexpr int kSmemS = kHeads * kSStride * 4;
 constexpr int kSmemBytes = kSmemQ + 2 * kSmemKv + kSmemS + 2 * kBlock * 4;
@@ -96,6 +120,16 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 bytes) {
     return h2;
 }
 
+// The two e4m3 bytes in the high 16 bits of `bytes` as packed f16 (exact): the halves split
+// in PTX, so the conversion reads the high half itself (no shift first).
+__device__ __forceinline__ u32 e4m3x2_hi_to_f16x2(u32 bytes) {
+    u32 h2;
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}"
+        : "=r"(h2)
+        : "r"(bytes));
+    return h2;
+}
+
 // Two f32 -> two packed f16 (lo in the low half), round to nearest even.
 __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
     u32 r;
@@ -121,7 +155,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     using namespace decode;
     static_assert(TOPK % 128 == 0, "top-k is whole pairs of 64-position blocks");
     extern __shared__ __align__(128) u8 smem[];
-    u8* sQ = smem;  // [16][kQStride]: f16 latent, bf16 RoPE, f32 head scale
+    u8* sQ = smem;  // Q: f16 latent as A fragments, bf16 RoPE rows with the head's f32 scale
     u8* sKvBuf = smem + kSmemQ;                                     // [2][64][656] cache rows
     float* sS = reinterpret_cast<float*>(sKvBuf + 2 * kSmemKv);     // [16][kSStride] scores
     i32* sSlotBuf = reinterpret_cast<i32*>(sS + kHeads * kSStride);  // [2][64] slot or -1
@@ -235,6 +269,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // it before S): the latent part as f16 times the head's power-of-two scale 2^-k (its largest
     // value into [2^13, 2^14); 2^k kept at kQScale), the RoPE part as it is (bf16); zero rows
     // past H_Q.
+    uint4 lat[kHeads / kWarps][2];  // [head hi][i]: channels 8 c ... 8 c + 7, c = lane + 32 i
 #pragma unroll
     for (int hi = 0; hi < kHeads / kWarps; ++hi) {
         const int h = warp + hi * kWarps;
@@ -262,21 +297,37 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         frexpf(amax, &e);  // amax < 2^e
         const int k = min(max(e - 14, -110), 114);
         const float down = ldexpf(1.0f, -k);
-        u8* dst = sQ + h * kQStride;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            uint4 y;
-            y.x = pack_f16x2(v[8 * i] * down, v[8 * i + 1] * down);
-            y.y = pack_f16x2(v[8 * i + 2] * down, v[8 * i + 3] * down);
-            y.z = pack_f16x2(v[8 * i + 4] * down, v[8 * i + 5] * down);
-            y.w = pack_f16x2(v[8 * i + 6] * down, v[8 * i + 7] * down);
-            *reinterpret_cast<uint4*>(dst + (lane + 32 * i) * 16) = y;
+            lat[hi][i].x = pack_f16x2(v[8 * i] * down, v[8 * i + 1] * down);
+            lat[hi][i].y = pack_f16x2(v[8 * i + 2] * down, v[8 * i + 3] * down);
+            lat[hi][i].z = pack_f16x2(v[8 * i + 4] * down, v[8 * i + 5] * down);
+            lat[hi][i].w = pack_f16x2(v[8 * i + 6] * down, v[8 * i + 7] * down);
         }
+        u8* dst = sQ + kQRope + h * kRopeStride;
         if (lane < kRopeWords) {
-            *reinterpret_cast<uint4*>(dst + kDv * 2 + lane * 16) = rope[hi];
+            *reinterpret_cast<uint4*>(dst + lane * 16) = rope[hi];
         }
         if (lane == 0) {
             *reinterpret_cast<float*>(dst + kQScale) = ldexpf(1.0f, k);
+        }
+    }
+    // The latent part as fragments: heads warp + 4 p and warp + 4 p + 8 are rows r = warp + 4 p
+    // and r + 8 of one fragment, so a lane writes whole fragments: those of channels 8 c ...
+    // 8 c + 3 (k-step c / 2, quad 2 (c % 2)) and 8 c + 4 ... 8 c + 7 (the next quad).
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+        const int r = warp + kWarps * p;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int c = lane + 32 * i;
+            const uint4 a = lat[p][i], b = lat[p + 2][i];  // rows r and r + 8
+            u8* ks_base = sQ + kQLat + (c / 2) * 512;
+            const int q0 = 2 * (c % 2);
+            *reinterpret_cast<uint4*>(ks_base + q_chunk(c / 2, r * 4 + q0) * 16) =
+                make_uint4(a.x, b.x, a.y, b.y);
+            *reinterpret_cast<uint4*>(ks_base + q_chunk(c / 2, r * 4 + q0 + 1) * 16) =
+                make_uint4(a.z, b.z, a.w, b.w);
         }
     }
 
@@ -300,8 +351,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         for (int j = 0; j < 2; ++j) {
             krow[j] = sKv + (warp * 16 + j * 8 + r0) * kRowBytes;
         }
-        const u8* qrow0 = sQ + r0 * kQStride + quad * 8;
-        const u8* qrow1 = qrow0 + 8 * kQStride;
+        const u8* qfrag = sQ + kQLat;  // k-step ks's fragments from byte 512 ks
         // One accumulator set a scale group, the groups' k-steps interleaved: four independent
         // mma chains of 8 a token tile instead of one of 32 (a lone CTA's latency at B = 1).
         float acc[kDv / 128][2][4];
@@ -317,14 +367,14 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 #pragma unroll
             for (int g = 0; g < kDv / 128; ++g) {
                 const int ks = g * 8 + kk;
-                const uint2 x0 = *reinterpret_cast<const uint2*>(qrow0 + ks * 32);
-                const uint2 x1 = *reinterpret_cast<const uint2*>(qrow1 + ks * 32);
-                const u32 a[4] = {x0.x, x1.x, x0.y, x1.y};
+                const uint4 f =
+                    *reinterpret_cast<const uint4*>(qfrag + ks * 512 + q_chunk(ks, lane) * 16);
+                const u32 a[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const u32 w = *reinterpret_cast<const u32*>(krow[j] + ks * 16 + quad * 4);
                     decode::mma_f16(acc[g][j], a, decode::e4m3x2_to_f16x2(w),
-                                    decode::e4m3x2_to_f16x2(w >> 16));
+                                    decode::e4m3x2_hi_to_f16x2(w));
                 }
             }
         }
@@ -346,11 +396,11 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         }
         // The RoPE part (bf16 Q and cache values).
         float s_rope[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        const u32 q_base = smem_addr(sQ) + (lane % 16) * kQStride + (lane / 16) * 16;
+        const u32 q_base = smem_addr(sQ + kQRope) + (lane % 16) * kRopeStride + (lane / 16) * 16;
 #pragma unroll
         for (int ks = kDv / 16; ks < kDim / 16; ++ks) {
             u32 a[4];
-            ldmatrix_x4(q_base + ks * 32, a);
+            ldmatrix_x4(q_base + (ks - kDv / 16) * 32, a);
             const int k = ks * 16 + 2 * quad;
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
@@ -360,8 +410,10 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             }
         }
         // S = 2^k_h . latent + RoPE, rows r0 and r0 + 8.
-        const float hs0 = *reinterpret_cast<const float*>(sQ + r0 * kQStride + kQScale);
-        const float hs1 = *reinterpret_cast<const float*>(sQ + (r0 + 8) * kQStride + kQScale);
+        const float hs0 =
+            *reinterpret_cast<const float*>(sQ + kQRope + r0 * kRopeStride + kQScale);
+        const float hs1 =
+            *reinterpret_cast<const float*>(sQ + kQRope + (r0 + 8) * kRopeStride + kQScale);
         float s[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -374,10 +426,12 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         for (int j = 0; j < 2; ++j) {
             const int t = warp * 16 + j * 8 + 2 * quad;
             const bool v0 = sSlot[t] >= 0, v1 = sSlot[t + 1] >= 0;
-            sS[r0 * kSStride + t] = v0 ? s[j][0] * p.sm_scale : -pos_inf();
-            sS[r0 * kSStride + t + 1] = v1 ? s[j][1] * p.sm_scale : -pos_inf();
-            sS[(r0 + 8) * kSStride + t] = v0 ? s[j][2] * p.sm_scale : -pos_inf();
-            sS[(r0 + 8) * kSStride + t + 1] = v1 ? s[j][3] * p.sm_scale : -pos_inf();
+            *reinterpret_cast<float2*>(sS + r0 * kSStride + t) =
+                make_float2(v0 ? s[j][0] * p.sm_scale : -pos_inf(),
+                            v1 ? s[j][1] * p.sm_scale : -pos_inf());
+            *reinterpret_cast<float2*>(sS + (r0 + 8) * kSStride + t) =
+                make_float2(v0 ? s[j][2] * p.sm_scale : -pos_inf(),
+                            v1 ? s[j][3] * p.sm_scale : -pos_inf());
         }
         __syncthreads();
 
@@ -389,10 +443,12 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) {
                 const float* srow = sS + (r0 + 8 * r) * kSStride + kt * 16 + 2 * quad;
-                sv[r][kt][0] = srow[0];
-                sv[r][kt][1] = srow[1];
-                sv[r][kt][2] = srow[8];
-                sv[r][kt][3] = srow[9];
+                const float2 lo = *reinterpret_cast<const float2*>(srow);
+                const float2 hi = *reinterpret_cast<const float2*>(srow + 8);
+                sv[r][kt][0] = lo.x;
+                sv[r][kt][1] = lo.y;
+                sv[r][kt][2] = hi.x;
+                sv[r][kt][3] = hi.y;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     bmax[r] = fmaxf(bmax[r], sv[r][kt][e]);
@@ -478,8 +534,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
                 const u32 hi = byte_perm(a8[n / 4], a9[n / 4], sel);
                 decode::mma_f16(o[n], pa, decode::e4m3x2_to_f16x2(lo),
                                 decode::e4m3x2_to_f16x2(hi));
-                decode::mma_f16(o[n + 1], pa, decode::e4m3x2_to_f16x2(lo >> 16),
-                                decode::e4m3x2_to_f16x2(hi >> 16));
+                decode::mma_f16(o[n + 1], pa, decode::e4m3x2_hi_to_f16x2(lo),
+                                decode::e4m3x2_hi_to_f16x2(hi));
             }
         }
         __syncthreads();  // buffer b & 1 and sS are rewritten by the next blocks

@@ -37,9 +37,9 @@ const PREPARE_THREADS: u32 = 256;
 const PREPARE_CTAS_PER_SM: u32 = 8;
 /// Dynamic shared memory of a decode CTA (`decode::kSmemBytes`): Q of 16 heads (rows of 576
 /// two-byte values, each head's scale and padding), two buffers of 64 cache rows, the 16 × 64
-/// scores (padded) and two blocks' slots — 107776 bytes, so two CTAs share an SM.
+/// scores (padded) and two blocks' slots — 108032 bytes, so two CTAs share an SM.
 pub const DECODE_SMEM_BYTES: u32 =
-    (16 * (576 * 2 + 32) + 2 * 64 * 656 + 16 * 68 * 4 + 2 * 64 * 4) as u32;
+    (16 * (576 * 2 + 32) + 2 * 64 * 656 + 16 * 72 * 4 + 2 * 64 * 4) as u32;
 
 crate::param_block! {
     /// The kernels' parameter block (`struct DecodeParams`), field for field.
