@@ -79,6 +79,11 @@ __device__ __forceinline__ void bulk_copy_g2s(u32 dst, const void* src, u32 byte
         : "memory");
 }
 
+// Sixteen zero bytes at a shared address (a row the bulk copies skip).
+__device__ __forceinline__ void st_shared_zero16(u32 addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
+
 // Arrive once all cp.async operations issued so far by this thread have completed.
 __device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");

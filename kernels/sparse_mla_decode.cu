@@ -4,14 +4,14 @@
 // into P instead of into every K and V value, the top-k split over CTAs when the batch is too
 // small to fill the GPU, and a combine kernel that merges the splits (launched as a programmatic
 // dependent of the splits' kernel: its launch and start hide behind their tail).
-// Compiled after common.cuh and sparse_mla_common.cuh (cp_async_16, byte_perm; smem_addr is
-// common.cuh's).
+// Compiled after common.cuh and sparse_mla_common.cuh (the mbarrier and bulk copy helpers,
+// byte_perm; smem_addr is common.cuh's).
 //
 // One CTA = (query row, group of 16 heads, split of the top-k), 4 warps, two CTAs an SM. Per
 // block of 64 top-k positions: the 64 cache rows (656 bytes each; an invalid slot is a zero row,
-// never read) are copied into shared memory with cp.async, double-buffered — block b + 1's
-// copies are issued before block b is computed, and block b + 2's slots are read from global
-// memory into registers meanwhile.
+// never read) are copied into shared memory by the bulk copy engine, one copy a row completing
+// on the buffer's mbarrier, double-buffered — block b + 1's copies are issued before block b is
+// computed, and block b + 2's slots are read from global memory into registers meanwhile.
 // - S = Q . K^T (M = 16 heads, N = 64 tokens, K = 576), each warp taking 16 tokens: the latent
 //   part per 128-channel scale group g into a fresh accumulator, promoted as
 //   S += s_k[t, g] . acc_g; Q's latent part is f16, scaled per head by a power of two that puts
@@ -235,38 +235,60 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         const bool read = lane < kRowsPerWarp && b < last_block && pos < length;
         return read ? masked(b, p.indices[(i64)row * TOPK + pos]) : -1;
     };
-    // Block b's slots into buffer b & 1 (for S's validity, read after a barrier) and its cache
-    // rows into row buffer b & 1 (one commit group; empty past the last block); `my_slot` is
-    // this lane's slot of block b.
+    // One mbarrier a row buffer: each of the 128 threads arrives once a use, and the bulk
+    // copies of the use's valid rows complete as transaction bytes on it. The n-th use of
+    // buffer b & 1 since the split's first block (n = (b - first_block) / 2) is its phase n.
+    __shared__ __align__(8) u64 sFull[2];
+    if (tid == 0) {
+        mbar_init(smem_addr(&sFull[0]), kThreads);
+        mbar_init(smem_addr(&sFull[1]), kThreads);
+        // The bulk copy engine (async proxy) completes transactions on these barriers.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // Block b's slots into buffer b & 1 (for S's validity) and its cache rows into row buffer
+    // b & 1, then this thread's arrival on the buffer's mbarrier (nothing past the last block:
+    // no block waits for those). Lane i < 16 of a warp issues one bulk copy of the 656 bytes of
+    // row t = warp + 4 i if its slot `my_slot` is valid; the warp zero-fills its invalid rows
+    // (never read from global memory: their scores are masked, and zeros keep P . V finite).
+    // 16-byte cp.async copies cost about 39 shared-memory wavefronts a row (the row's source
+    // and destination offsets within 128-byte lines are unrelated), most of the shared-memory
+    // pipe's time beside the math's loads; a bulk copy takes none of it.
     auto copy_rows = [&](int b, i32 my_slot) {
         if (lane < kRowsPerWarp) {
             sSlotBuf[(b & 1) * kBlock + warp + kWarps * lane] = my_slot;
         }
         if (b < last_block) {
-            u8* dst = sKvBuf + (b & 1) * kSmemKv;
-            // A warp copies whole rows, t = warp + 4 i: its first 32 lanes take the row's first
-            // 512 bytes, lanes 0..8 the last 144 (41 chunks of 16 bytes), so every copy
-            // instruction reads from one row, whose slot lane i holds.
-#pragma unroll 4
-            for (int i = 0; i < kRowsPerWarp; ++i) {
-                const int t = warp + kWarps * i;
-                const i32 slot = __shfl_sync(0xffffffffu, my_slot, i);
-                const u8* src = p.cache + (slot < 0 ? 0 : (i64)slot * kRowBytes);
-                const u32 dst_row = smem_addr(dst + t * kRowBytes);
-                const u32 bytes = slot < 0 ? 0u : 16u;
-                cp_async_16(dst_row + lane * 16, src + lane * 16, bytes);
+            const u32 full = smem_addr(&sFull[b & 1]);
+            const u32 dst = smem_addr(sKvBuf + (b & 1) * kSmemKv);
+            const bool valid = lane < kRowsPerWarp && my_slot >= 0;
+            const u32 bits = __ballot_sync(0xffffffffu, valid);
+            if (lane == 0) {
+                mbar_expect_tx(full, (u32)__popc(bits) * (u32)kRowBytes);
+            }
+            __syncwarp();
+            if (valid) {
+                bulk_copy_g2s(dst + (warp + kWarps * lane) * kRowBytes,
+                              p.cache + (i64)my_slot * kRowBytes, kRowBytes, full);
+            }
+            u32 invalid = ~bits & ((1u << kRowsPerWarp) - 1);
+            while (invalid != 0) {
+                const int i = __ffs((int)invalid) - 1;
+                invalid &= invalid - 1;
+                const u32 row = dst + (warp + kWarps * i) * kRowBytes;
+                st_shared_zero16(row + lane * 16);
                 if (lane < kRowBytes / 16 - 32) {
-                    cp_async_16(dst_row + (lane + 32) * 16, src + (lane + 32) * 16, bytes);
+                    st_shared_zero16(row + (lane + 32) * 16);
                 }
             }
+            mbar_arrive(full);  // after this thread's slot and zero stores (release)
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
     };
     next_slot = masked(first_block + 1, next_slot);
     copy_rows(first_block, masked(first_block, raw_first));
 
-    // Q into shared memory while the first rows are in flight (the loop's first barrier orders
-    // it before S): the latent part as f16 times the head's power-of-two scale 2^-k (its largest
+    // Q into shared memory while the first rows are in flight (the barrier after it orders it
+    // before S): the latent part as f16 times the head's power-of-two scale 2^-k (its largest
     // value into [2^13, 2^14); 2^k kept at kQScale), the RoPE part as it is (bf16); zero rows
     // past H_Q.
     uint4 lat[kHeads / kWarps][2];  // [head hi][i]: channels 8 c ... 8 c + 7, c = lane + 32 i
@@ -330,14 +352,15 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
                 make_uint4(a.z, b.z, a.w, b.w);
         }
     }
+    __syncthreads();  // Q is in shared memory (the loop's waits are on the rows alone)
 
     for (int b = first_block; b < last_block; ++b) {
         // Block b + 1's copies issued (its buffers were last read by block b - 1, before the
         // barrier that ended it); block b + 2's slots read meanwhile.
         copy_rows(b + 1, next_slot);
         next_slot = slot_at(b + 2);
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-        __syncthreads();
+        // Block b's rows, slots and zero rows have landed (acquire).
+        mbar_wait(smem_addr(&sFull[b & 1]), (u32)((b - first_block) >> 1) & 1u);
         const u8* sKv = sKvBuf + (b & 1) * kSmemKv;
         const i32* sSlot = sSlotBuf + (b & 1) * kBlock;
 
@@ -540,7 +563,6 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         }
         __syncthreads();  // buffer b & 1 and sS are rewritten by the next blocks
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();  // every warp is past its last read of the row buffers (the staging below)
 
     // Epilogue through shared memory. A thread holds 32 consecutive dims of each of its heads

@@ -268,10 +268,6 @@ constexpr int kBarQEmptyFor = kQBuffersFor<D_QK, H> + 2 * kStagesFor<D_QK, H>;
 // PTX helpers
 // ------------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ void st_shared_zero16(u32 addr) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32 (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
