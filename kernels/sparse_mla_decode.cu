@@ -272,6 +272,7 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
                               p.cache + (i64)my_slot * kRowBytes, kRowBytes, full);
             }
             u32 invalid = ~bits & ((1u << kRowsPerWarp) - 1);
+            const bool zero_rows = invalid != 0;  // warp-uniform (a ballot)
             while (invalid != 0) {
                 const int i = __ffs((int)invalid) - 1;
                 invalid &= invalid - 1;
@@ -280,6 +281,12 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
                 if (lane < kRowBytes / 16 - 32) {
                     st_shared_zero16(row + (lane + 32) * 16);
                 }
+            }
+            if (zero_rows) {
+                // A later use of this buffer may bulk-copy (async proxy) into these rows: the
+                // zero stores (generic proxy) are ordered before it here, by the threads that
+                // made them, ahead of the barriers that end the use.
+                fence_proxy_async();
             }
             mbar_arrive(full);  // after this thread's slot and zero stores (release)
         }
