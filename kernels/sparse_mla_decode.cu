@@ -276,10 +276,10 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             while (invalid != 0) {
                 const int i = __ffs((int)invalid) - 1;
                 invalid &= invalid - 1;
-                const u32 row = dst + (warp + kWarps * i) * kRowBytes;
-                st_shared_zero16(row + lane * 16);
+                const u32 zero_row = dst + (warp + kWarps * i) * kRowBytes;
+                st_shared_zero16(zero_row + lane * 16);
                 if (lane < kRowBytes / 16 - 32) {
-                    st_shared_zero16(row + (lane + 32) * 16);
+                    st_shared_zero16(zero_row + (lane + 32) * 16);
                 }
             }
             if (zero_rows) {
@@ -341,16 +341,17 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
             *reinterpret_cast<float*>(dst + kQScale) = ldexpf(1.0f, k);
         }
     }
-    // The latent part as fragments: heads warp + 4 p and warp + 4 p + 8 are rows r = warp + 4 p
-    // and r + 8 of one fragment, so a lane writes whole fragments: those of channels 8 c ...
-    // 8 c + 3 (k-step c / 2, quad 2 (c % 2)) and 8 c + 4 ... 8 c + 7 (the next quad).
+    // The latent part as fragments: heads warp + 4 pair and warp + 4 pair + 8 are rows
+    // r = warp + 4 pair and r + 8 of one fragment, so a lane writes whole fragments: those of
+    // channels 8 c ... 8 c + 3 (k-step c / 2, quad 2 (c % 2)) and 8 c + 4 ... 8 c + 7 (the next
+    // quad).
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-        const int r = warp + kWarps * p;
+    for (int pair = 0; pair < 2; ++pair) {
+        const int r = warp + kWarps * pair;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int c = lane + 32 * i;
-            const uint4 a = lat[p][i], b = lat[p + 2][i];  // rows r and r + 8
+            const uint4 a = lat[pair][i], b = lat[pair + 2][i];  // rows r and r + 8
             u8* ks_base = sQ + kQLat + (c / 2) * 512;
             const int q0 = 2 * (c % 2);
             *reinterpret_cast<uint4*>(ks_base + q_chunk(c / 2, r * 4 + q0) * 16) =
@@ -374,8 +375,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
         // S for tokens 16 warp .. 16 warp + 15: two n-tiles of 8 tokens. Within a k-step of 16
         // latent channels the mma's k index is a label: k 2 quad + {0, 1} is channel
         // 4 quad + {0, 1} and k 2 quad + 8 + {0, 1} is channel 4 quad + {2, 3}, so a thread's
-        // B fragment is one 4-byte word of its token's row and its A fragment one 8-byte word
-        // of each of its two Q rows.
+        // B fragment is one 4-byte word of its token's row and its A fragment one 16-byte
+        // chunk of Q's fragment layout (q_chunk).
         const u8* krow[2];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
