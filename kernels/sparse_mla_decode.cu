@@ -238,6 +238,8 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // One mbarrier a row buffer: each of the 128 threads arrives once a use, and the bulk
     // copies of the use's valid rows complete as transaction bytes on it. The n-th use of
     // buffer b & 1 since the split's first block (n = (b - first_block) / 2) is its phase n.
+    // The waits count on every thread: all 128 call copy_rows for the same blocks and
+    // last_block is the CTA's, so no thread may leave the loop early or skip a block.
     __shared__ __align__(8) u64 sFull[2];
     if (tid == 0) {
         mbar_init(smem_addr(&sFull[0]), kThreads);
