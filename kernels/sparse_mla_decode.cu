@@ -253,9 +253,9 @@ __global__ void __launch_bounds__(128) sparse_mla_decode_kernel(const DecodePara
     // no block waits for those). Lane i < 16 of a warp issues one bulk copy of the 656 bytes of
     // row t = warp + 4 i if its slot `my_slot` is valid; the warp zero-fills its invalid rows
     // (never read from global memory: their scores are masked, and zeros keep P . V finite).
-    // 16-byte cp.async copies cost about 39 shared-memory wavefronts a row (the row's source
-    // and destination offsets within 128-byte lines are unrelated), most of the shared-memory
-    // pipe's time beside the math's loads; a bulk copy takes none of it.
+    // 16-byte cp.async copies cost about 39 shared-memory wavefronts a row (ncu, against an
+    // ideal of about 6), most of the shared-memory pipe's time beside the math's loads; a bulk
+    // copy takes none of it.
     auto copy_rows = [&](int b, i32 my_slot) {
         if (lane < kRowsPerWarp) {
             sSlotBuf[(b & 1) * kBlock + warp + kWarps * lane] = my_slot;
