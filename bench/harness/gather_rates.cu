@@ -7,7 +7,9 @@
 //
 // Paths: 16-byte `cp.async.cg` with two lane layouts (8 rows x 64 bytes per warp instruction,
 // the 64-head kernel's; 4 rows x 128 bytes) and ring depths; one bulk copy (`cp.async.bulk`) per
-// row into 32-row stages, as the narrow kernel; plain 16-byte loads stored to shared memory.
+// row into 32-row stages, as the narrow kernel; plain 16-byte loads stored to shared memory;
+// and a pair that differs only in whether each piece's offset within its 128-byte line agrees
+// between source and destination.
 // Indices are uniform random over [0, s_kv); 4096 query rows, topk 2048. Built by build.sh
 // beside the harness; needs only the CUDA runtime.
 #include <cuda_runtime.h>
@@ -76,6 +78,42 @@ __global__ void __launch_bounds__(THREADS)
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if (threadIdx.x == 0) atomicAdd(sink, smem[5]);  // keeps the copies observable
+}
+
+// 16-byte cp.async of 8 rows x 64 bytes a warp instruction (the 64-head kernel's lane layout),
+// from rows at a pitch of 640 bytes (every row 128-byte aligned), so that a piece's offset
+// within its 128-byte line is (64 q) mod 128 at the source. Column q's 64 pieces land as one
+// 4 KB column, a row's piece at 64 pos: MATCH places row r at pos = r or r ^ 1 so that every
+// piece's destination offset within its line equals its source offset; MATCH = 0 so that none
+// does. Same bytes, same rows, same instructions: the pair tells whether `cp.async` pays for
+// offsets that disagree within 128-byte lines (time here; shared-memory wavefronts under ncu,
+// l1tex__data_pipe_lsu_wavefronts_mem_shared), the open question of bench/NOTES.md's 64-head
+// section.
+constexpr int kAlignedPitch = 640;
+template <int MATCH>
+__global__ void __launch_bounds__(128) gather_offsets(const uint8_t* kv, const int* idx,
+                                                      int tiles, u32* sink) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int kSlots = 4;
+    const int* ir = row_indices(idx, tiles);
+    const u32 base = smem_u32(smem);
+    for (int b = 0; b < kTopk / 64; ++b) {
+        const u32 slot = base + (u32)((b % kSlots) * 64 * kD);
+        for (int r0 = 0; r0 < 16; r0 += 8) {
+            const int r = warp * 16 + r0 + (lane & 7);
+            const uint8_t* src = kv + (size_t)ir[b * 64 + r] * kAlignedPitch + (lane >> 3) * 16;
+            for (int q = 0; q < kD / 64; ++q) {
+                const int pos = MATCH ? r ^ ((r ^ q) & 1) : r ^ ((r ^ q ^ 1) & 1);
+                cp_async_cg16(slot + (u32)((q * 64 + pos) * 64 + (lane >> 3) * 16), src + q * 64);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(kSlots - 1) : "memory");
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(sink, smem[5]);
 }
 
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
@@ -240,6 +278,14 @@ int main() {
                 8 * 32 * (kD + 16) + 64, grid, kv, idx, tiles, sink, bytes);
             row("plain 16-byte loads to shared memory, 256 threads", gather_plain<256>, 256,
                 2 * 64 * kD, grid, kv, idx, tiles, sink, bytes);
+            uint8_t* kv_aligned;
+            CK(cudaMalloc(&kv_aligned, (size_t)s_kv * kAlignedPitch));
+            CK(cudaMemset(kv_aligned, 1, (size_t)s_kv * kAlignedPitch));
+            row("cp.async 8 rows x 64 B, pitch 640, offsets within lines agreeing",
+                gather_offsets<1>, 128, 4 * 64 * kD, grid, kv_aligned, idx, tiles, sink, bytes);
+            row("cp.async 8 rows x 64 B, pitch 640, offsets within lines disagreeing",
+                gather_offsets<0>, 128, 4 * 64 * kD, grid, kv_aligned, idx, tiles, sink, bytes);
+            CK(cudaFree(kv_aligned));
             CK(cudaFree(kv));
             CK(cudaFree(idx));
             CK(cudaFree(sink));
