@@ -17,6 +17,8 @@
 //   harness time-wide            64 / 128-head shapes: wide, widecand (interleaved), and the
 //                                base / cand narrow kernels in 64-head tiles
 // HARNESS_NARROW_TILE=32 runs more than 32 heads in 32-head narrow tiles instead.
+// HARNESS_KV_ROOM=<bytes> gives the timing modes' kv buffers rows of that many bytes (a timing-only
+// candidate reading rows at a wider pitch, e.g. 640 for d_qk 576, stays inside them).
 // Variants: base, cand, grid7 (the candidate on 7 CTAs), wide, widecand.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -486,7 +488,11 @@ static std::vector<float> interleaved_ms(const std::vector<F>& fns) {
 static void time_shape(const std::vector<const Variant*>& vars, int d, int heads, int topk, int s_q,
                        int s_kv, bool with_wide_and_gather) {
     TimingSet sets[3];
-    const size_t nq = (size_t)s_q * heads * d, nkv = (size_t)s_kv * d, ni = (size_t)s_q * topk;
+    // HARNESS_KV_ROOM=<bytes>: the kv buffers hold s_kv rows of that many bytes when it exceeds
+    // d (room for a timing-only candidate that reads its rows at a wider pitch).
+    const char* room_env = getenv("HARNESS_KV_ROOM");
+    const size_t row_room = std::max<size_t>((size_t)d, room_env ? strtoul(room_env, nullptr, 10) : 0);
+    const size_t nq = (size_t)s_q * heads * d, nkv = (size_t)s_kv * row_room, ni = (size_t)s_q * topk;
     const size_t no = (size_t)s_q * heads * 512, ns = (size_t)s_q * heads;
     const float one = 1.f;
     for (int k = 0; k < 3; ++k) {
