@@ -155,7 +155,8 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
     };
     let call = CandleCall::new(dev).unwrap();
     let function = g.function::<Kernel>().unwrap();
-    let n = 5_000;
+    // Short rounds on an idle stream (common::LAUNCHES_A_ROUND says why).
+    let n = common::LAUNCHES_A_ROUND;
     let run_once = |layer: &mut Layer| {
         with_call(&call, |batch, out, kv| {
             kernel.run(
@@ -175,7 +176,7 @@ fn measure(dev: &Device) -> (f64, f64, f64) {
     run_once(&mut layer);
     g.synchronize().unwrap();
     let (mut once, mut per_call, mut raw) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..7 {
+    for _ in 0..common::LAUNCH_ROUNDS {
         // Lent once, launched n times.
         let (t, plan) = with_call(&call, |batch, out, kv| {
             let t0 = Instant::now();

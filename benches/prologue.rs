@@ -398,7 +398,7 @@ fn host_cost(
         .function::<Mxfp8Prologue<Verify, DQ, DKV, Row, Conv, PAGE>>()
         .unwrap();
     // Typed and raw launches alternate over rounds (host timings on a VM drift); medians.
-    let n = 5_000;
+    let n = 5_000; // calls a round of the host-only parts
     // The same call with every batch tensor, output and cache plane a view of another
     // allocation (views of `b`'s batch, fresh outputs and a fresh pool lent as `ViewMut`s).
     let parts = b.batch.into_parts();
@@ -469,6 +469,7 @@ fn host_cost(
         }
         rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
     };
+    // The host-only parts: many calls a round, no launch.
     for _ in 0..7 {
         per_call(&mut plan_rounds, &mut || {
             std::hint::black_box(plan_verify!(mx, g, &w, b2));
@@ -498,20 +499,25 @@ fn host_cost(
             };
             std::hint::black_box(status);
         });
+    }
+    // The launches: short rounds on an idle stream (common::LAUNCHES_A_ROUND says why),
+    // typed, from views and raw in turn.
+    let launches = common::LAUNCHES_A_ROUND;
+    for _ in 0..common::LAUNCH_ROUNDS {
         let t0 = Instant::now();
-        for _ in 0..n {
+        for _ in 0..launches {
             run_verify!(mx, g, &w, b2);
         }
-        typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        typed_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / launches as f64);
         g.synchronize().unwrap();
         let t0 = Instant::now();
-        for _ in 0..n {
+        for _ in 0..launches {
             run_views();
         }
-        view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        view_rounds.push(t0.elapsed().as_secs_f64() * 1e6 / launches as f64);
         g.synchronize().unwrap();
         // SAFETY: the parameter block of a checked call on live buffers.
-        raw_rounds.push(unsafe { common::raw_launch_us(g, function, &launch, n) });
+        raw_rounds.push(unsafe { common::raw_launch_us(g, function, &launch, launches) });
         g.synchronize().unwrap();
     }
     let typed = common::median(&mut typed_rounds);
