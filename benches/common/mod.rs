@@ -199,12 +199,12 @@ pub unsafe fn raw_launch<P: Copy>(
     };
 }
 
-/// Launches a timed round of host launch costs makes, and the rounds a benchmark alternates.
-/// A round stays far below the depth of the stream's launch queue and the stream is
-/// synchronized (untimed) between rounds. With thousands of launches in a row the queue can
-/// fill, and each launch then waits for the GPU to retire one (a microsecond-kernel's rate,
-/// not the host's): typed − raw read 0.07-0.91 µs in three runs of one build on one H100 host
-/// so, and 0.39-0.43 µs in rounds of 256.
+/// The launches in one timed round of a host launch benchmark ([`LAUNCH_ROUNDS`] rounds, the
+/// modes alternating). A round stays far below the depth of the stream's launch queue, and the
+/// stream is synchronized (untimed) between rounds. With thousands of launches in a row the
+/// queue can fill, and each launch then waits for the GPU to retire one (a microsecond
+/// kernel's rate, not the host's): typed − raw read 0.07-0.91 µs in three runs of one build
+/// on one H100 host that way, and 0.39-0.43 µs in rounds of 256.
 pub const LAUNCHES_A_ROUND: usize = 256;
 /// See [`LAUNCHES_A_ROUND`].
 pub const LAUNCH_ROUNDS: usize = 120;
