@@ -115,6 +115,17 @@ fn on_host<B: RunDecode, const H: usize>(
 /// Every `lse` against the reference's: +inf exactly where the reference's row is empty, else
 /// within `abs + rel · |want|`. Returns the largest difference.
 fn check_lse(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) -> f32 {
+    check_lse_within(what, got, want, |_, w| abs + rel * w.abs())
+}
+
+/// Every `lse` against the reference's: +inf exactly where the reference's row is empty, else
+/// within `allowed(i, want)` of entry `i`. Returns the largest difference.
+fn check_lse_within(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    allowed: impl Fn(usize, f32) -> f32,
+) -> f32 {
     let mut worst = 0.0f32;
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         if *w == f32::INFINITY {
@@ -123,7 +134,8 @@ fn check_lse(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) -> f32 {
         }
         let d = (g - w).abs();
         worst = worst.max(d);
-        assert!(d <= abs + rel * w.abs(), "{what}: lse {i}: {g} vs {w}");
+        let a = allowed(i, *w);
+        assert!(d <= a, "{what}: lse {i}: {g} vs {w} (allowed {a})");
     }
     worst
 }
@@ -551,21 +563,18 @@ where
     let (out, lse) = run_through_prefill::<_, H, TOPK>(&gpu(), &s);
     let (want_out, want_lse) = run_through_prefill::<_, H, TOPK>(&Cpu, &s);
     let magnitudes = score_magnitudes::<H>(&s, TOPK);
-    let mut worst = (0.0f32, 0.0f32);
-    let mut worst_share = 0.0f32;
-    for (i, ((g, w), m)) in lse.iter().zip(&want_lse).zip(&magnitudes).enumerate() {
-        if *w == f32::INFINITY {
-            assert_eq!(*g, f32::INFINITY, "{what}: lse {i} of an empty row");
-            continue;
-        }
-        let d = (g - w).abs();
-        worst.0 = worst.0.max(d);
-        worst_share = worst_share.max(d / m.max(f32::MIN_POSITIVE));
-        assert!(
-            d <= 2e-3 + 2e-3 * w.abs() + THROUGH_PREFILL_ACCUMULATION * m,
-            "{what}: lse {i}: {g} vs {w} (scores' magnitude {m})"
-        );
-    }
+    let mut worst = (
+        check_lse_within(&what, &lse, &want_lse, |i, w| {
+            2e-3 + 2e-3 * w.abs() + THROUGH_PREFILL_ACCUMULATION * magnitudes[i]
+        }),
+        0.0f32,
+    );
+    // What calibrates THROUGH_PREFILL_ACCUMULATION: the largest error as a share of the
+    // magnitude (empty rows, +inf on both sides, left out).
+    let worst_share = (lse.iter().zip(&want_lse).zip(&magnitudes))
+        .filter(|((_, w), _)| w.is_finite())
+        .map(|((g, w), m)| (g - w).abs() / m.max(f32::MIN_POSITIVE))
+        .fold(0.0f32, f32::max);
     eprintln!("{what}: largest |Δlse| / scores' magnitude {worst_share:.2e}");
     for (i, (g, w)) in out.iter().zip(&want_out).enumerate() {
         let d = (g - w).abs();
