@@ -130,7 +130,8 @@ impl Drop for CaptureStream {
 }
 
 /// Typed launches being captured into a CUDA graph for the backend that made the recorder;
-/// every tensor an op records is borrowed for `'g` (see the module docs of `shapeproof::backend::cuda::graph`).
+/// every tensor an op records is borrowed for `'g`, and the [`Graph<'g>`] it finishes into keeps
+/// those borrows until it is dropped.
 pub struct GraphRecorder<'g> {
     owner: &'g Cuda,
     capture: Cuda,

@@ -216,11 +216,16 @@ impl Cuda {
 
     /// Queues kernel `K` on the backend's stream with `params` passed by value.
     ///
+    /// This door admits nothing and checks no queue: no buffer's context or stream, no thread of
+    /// a per-thread stream, no capture begun outside [`Cuda::record_graph`].
+    ///
     /// # Safety
     /// Every pointer in `params` must address a live allocation of this backend's context large
     /// enough for every access the kernel makes under `shape`, and every tensor map in `params`
-    /// must describe a box of such an allocation (its base and extents within the buffer); the
-    /// typed ops guarantee this by construction of their arguments.
+    /// must describe a box of such an allocation (its base and extents within the buffer). Every
+    /// other use of those buffers must be ordered against this launch on the backend's stream
+    /// (the launch records no event), and the buffers must stay alive until it has run. The
+    /// typed ops guarantee all of this by construction of their arguments.
     pub unsafe fn launch<K: CudaKernel>(
         &self,
         shape: LaunchShape,

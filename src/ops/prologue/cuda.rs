@@ -200,6 +200,15 @@ pub fn update_launch_shape(st: &PrologueStatics, seqs: usize) -> LaunchShape {
 /// The launches one prologue call makes: the main kernel, and the extend variant's trailing
 /// conv-state update. Built without touching the device, so a caller can replay the parameter
 /// blocks with raw driver launches (the typed launch's benchmark baseline) or in its own graph.
+///
+/// Making a plan is safe; launching its blocks is not, and is outside the crate's guarantee.
+///
+/// # Safety (of launching the blocks)
+/// The blocks hold the raw device addresses of the buffers [`Prologue::launch_plan`] borrowed.
+/// A caller that launches them (`cuLaunchKernel`, or a graph captured from such launches) must
+/// keep every one of those buffers alive and at the same allocation and size until the last
+/// launch has run, order every other use of them against the launches on the stream they run
+/// on, and launch the kernels [`Prologue::launch_plan`] was made for with these shapes.
 #[derive(Clone, Copy, Debug)]
 pub struct PrologueLaunchPlan {
     /// Grid, block and shared memory of the main kernel.
@@ -440,7 +449,8 @@ where
     /// The launches [`run`](Self::run) would queue on `cuda`, as parameter blocks and shapes,
     /// after the same checks; nothing is queued. For replaying the call with raw driver
     /// launches (a benchmark's baseline, an engine's own graph), which is `unsafe` on the
-    /// caller's side: the blocks hold raw device addresses of the buffers borrowed here.
+    /// caller's side: the blocks hold raw device addresses of the buffers borrowed here (the
+    /// contract is on [`PrologueLaunchPlan`]).
     pub fn launch_plan<'a, A, SW, SC, SO, SK>(
         &self,
         cuda: &Cuda,
