@@ -39,8 +39,8 @@ pub enum Error {
     Value {
         /// The argument.
         param: &'static str,
-        /// The value passed.
-        value: i64,
+        /// The value passed (wide enough for every `usize`, `i64` and `u64` argument, exactly).
+        value: i128,
         /// The accepted range, written for a person (`"1 ..= 64"`).
         range: String,
     },
@@ -152,7 +152,7 @@ impl Error {
     fn too_many_elements(param: &'static str, rows: usize, cols: usize) -> Self {
         Error::Value {
             param,
-            value: i64::try_from(rows).unwrap_or(i64::MAX),
+            value: rows as i128,
             range: format!(
                 "rows with rows × {cols} elements addressable (0 ..= {})",
                 usize::MAX / cols.max(1)
@@ -189,7 +189,7 @@ impl Error {
     pub fn to_i32(param: &'static str, value: usize) -> Result<i32> {
         i32::try_from(value).map_err(|_| Error::Value {
             param,
-            value: i64::try_from(value).unwrap_or(i64::MAX),
+            value: value as i128,
             range: format!("0 ..= {}", i32::MAX),
         })
     }

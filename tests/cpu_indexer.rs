@@ -265,6 +265,21 @@ fn paged_extents_that_disagree_are_errors_naming_the_parameter() {
         PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, 3, 0, 4),
         "next_n",
     );
+    // The workspace takes the queries' rules: a block table wider than i32 positions, or a
+    // batch past i32, is the same `Err` on every backend (the CUDA plan never sees it).
+    for pages in [i32::MAX as usize / 64 + 1, usize::MAX] {
+        let err = PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, 1, 1, pages);
+        assert!(
+            err.as_ref()
+                .is_err_and(|e| e.to_string().contains(&pages.to_string())),
+            "the error shows the value passed"
+        );
+        names(err, "max_pages");
+    }
+    names(
+        PagedIndexerWorkspace::<Cpu, 128>::new(&Cpu, i32::MAX as usize + 1, 1, 4),
+        "B",
+    );
     indexer
         .run_paged(&Cpu, &queries, &cache, &mut ws, &mut out)
         .unwrap();
@@ -275,7 +290,7 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
     use shapeproof::ops::indexer::{merge_fan, paged_indexer_split};
     for sms in [1, 78, 132] {
         for pairs in [1, 2, 7, 64, 128, 263, 264, 1000] {
-            for max_pages in [0, 1, 3, 4, 5, 6, 7, 8, 9, 17, 1024, 2049] {
+            for max_pages in [0, 1, 3, 4, 5, 6, 7, 8, 9, 17, 1024, 2049, 65536, 100_003] {
                 let (splits, per) = paged_indexer_split(sms, pairs, max_pages);
                 let what = format!("sms {sms} pairs {pairs} max_pages {max_pages}");
                 assert!(splits >= 1 && per >= 1, "{what}: ({splits}, {per})");
@@ -305,6 +320,13 @@ fn the_paged_split_covers_every_page_once_and_leaves_a_full_batch_unsplit() {
                     }
                 }
             }
+        }
+    }
+    // Any table width plans in at most 2 · sms steps, without overflow.
+    for sms in [1, 132] {
+        for max_pages in [usize::MAX / 2, usize::MAX] {
+            let (splits, per) = paged_indexer_split(sms, 1, max_pages);
+            assert!(splits >= 1 && per >= 1 && splits.saturating_mul(per) >= max_pages);
         }
     }
     // The benchmark's full batch of pairs on an H100 / H200: one wave of 2 splits, not two

@@ -293,6 +293,15 @@ fn bad_extents_name_the_parameter() {
         decode.run(&Cpu, &queries, &cache, &mut other, &mut out, &mut lse),
         "workspace",
     );
+    // The workspace takes the queries' row rule (rows × H_Q within i32) on every backend.
+    names(
+        DecodeWorkspace::<Cpu, 16, 128>::new(&Cpu, i32::MAX as usize / 16 + 1),
+        "rows",
+    );
+    names(
+        DecodeWorkspace::<Cpu, 16, 128>::new(&Cpu, usize::MAX),
+        "rows",
+    );
     names(
         queries.with_lengths(Tensor::zeros(&Cpu, 1).unwrap()),
         "lengths",
@@ -327,6 +336,8 @@ fn the_top_k_split_covers_every_block_once() {
     }
     // One row of 16 heads: every 64-position block its own CTA.
     assert_eq!(decode_splits(1, 16, 2048), (32, 1));
+    // Any row count plans without overflow: a batch that large is one split.
+    assert_eq!(decode_splits(usize::MAX, 128, 2048), (1, 32));
 }
 
 /// Runs the decode through the prefill; returns `out` (as f32) and `lse`.

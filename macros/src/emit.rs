@@ -310,9 +310,9 @@ fn mla_kind(k: &MlaKind, tp: u64) -> TokenStream {
         /// (`DeepSeekV32KvCache`): the rank's `HQ` heads unpadded (its rule, `DecodeHeads`, is
         /// checked by `Decode::new()`).
         pub type Decode = ::shapeproof::ops::sparse_mla_decode::SparseMlaDecode<#hq, #topk>;
-        /// The same decode step through the FP8 sparse prefill (q cast to e4m3, the slots
-        /// gathered into a workspace, the prefill): faster where the rank holds 64 or 128 heads,
-        /// in the prefill's precision class (its rules are checked by `new()`).
+        /// The same decode step through the FP8 sparse prefill (q cast to e4m3, then the
+        /// prefill reading the step's rows from the cache itself): faster where the rank holds
+        /// 64 or 128 heads, in the prefill's precision class (its rules are checked by `new()`).
         pub type DecodeThroughPrefill =
             ::shapeproof::ops::sparse_mla_decode::DecodeThroughPrefill<#hq, #topk>;
 

@@ -84,7 +84,7 @@ impl<B: Backend, const PAGE: usize, S: Storage<B>> IndexKeyCache<B, PAGE, S> {
         if pages.rows() > max_pages {
             return Err(Error::Value {
                 param: "index_cache pages",
-                value: pages.rows() as i64,
+                value: pages.rows() as i128,
                 range: format!("0 ..= {max_pages} (slots addressable by an i32 index)"),
             });
         }

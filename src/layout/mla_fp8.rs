@@ -97,7 +97,7 @@ impl<B: Backend, const PAGE: usize, const GROUP: usize, S: Storage<B>>
         if pages.rows() > max_pages {
             return Err(Error::Value {
                 param: "kv_cache pages",
-                value: pages.rows() as i64,
+                value: pages.rows() as i128,
                 range: format!("0 ..= {max_pages} (slots addressable by an i32 index)"),
             });
         }

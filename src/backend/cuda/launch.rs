@@ -62,7 +62,7 @@ impl LaunchShape {
         if blocks > i32::MAX as usize {
             return Err(Error::Value {
                 param,
-                value: i64::try_from(threads).unwrap_or(i64::MAX),
+                value: threads as i128,
                 range: format!(
                     "0 ..= {} threads in blocks of {block}",
                     i32::MAX as usize * block as usize
@@ -490,7 +490,7 @@ impl<'a> DeviceArgs<'a> {
         let Some(slot) = self.homes.get_mut(self.n_homes) else {
             return Err(Error::Value {
                 param,
-                value: self.n_homes as i64 + 1,
+                value: self.n_homes as i128 + 1,
                 range: format!("1 ..= {MAX_DEVICE_ARGS} streams of device arguments a launch"),
             });
         };
@@ -518,7 +518,7 @@ impl<'a> DeviceArgs<'a> {
         let Some(slot) = self.uses.get_mut(self.n_uses) else {
             return Err(Error::Value {
                 param,
-                value: self.n_uses as i64 + 1,
+                value: self.n_uses as i128 + 1,
                 range: format!("1 ..= {MAX_DEVICE_ARGS} device arguments a launch"),
             });
         };

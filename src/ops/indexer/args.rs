@@ -145,10 +145,25 @@ fn check_next_n(next_n: usize) -> Result<()> {
     } else {
         Err(Error::Value {
             param: "next_n",
-            value: next_n as i64,
+            value: next_n as i128,
             range: format!("1 ..= {MAX_NEXT_N}"),
         })
     }
+}
+
+/// `64 · max_pages` positions addressable by an i32 (the kernels count positions in i32): the
+/// rule of [`PagedIndexerQueries::new`] and [`PagedIndexerWorkspace::new`] alike.
+fn check_max_pages(max_pages: usize) -> Result<()> {
+    let page = shapeproof_rules::INDEX_CACHE_PAGE;
+    let most_pages = i32::MAX as usize / page;
+    if max_pages > most_pages {
+        return Err(Error::Value {
+            param: "max_pages",
+            value: max_pages as i128,
+            range: format!("0 ..= {most_pages} ({page} · max_pages positions within i32)"),
+        });
+    }
+    Ok(())
 }
 
 impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX, S> {
@@ -164,15 +179,7 @@ impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX
         next_n: usize,
     ) -> Result<Self> {
         check_next_n(next_n)?;
-        let page = shapeproof_rules::INDEX_CACHE_PAGE;
-        let most_pages = i32::MAX as usize / page;
-        if max_pages > most_pages {
-            return Err(Error::Value {
-                param: "max_pages",
-                value: max_pages as i64,
-                range: format!("0 ..= {most_pages} ({page} · max_pages positions within i32)"),
-            });
-        }
+        check_max_pages(max_pages)?;
         let batch = seq_lens.rows();
         Error::to_i32("B", batch)?;
         let rows = Error::elements("B · next_n", batch, next_n)?;
@@ -235,6 +242,8 @@ impl<B: super::RunIndexer, const TOPK: usize> PagedIndexerWorkspace<B, TOPK> {
     /// `max_pages` columns, planned for `backend` (the CPU reference needs none).
     pub fn new(backend: &B, batch: usize, next_n: usize, max_pages: usize) -> Result<Self> {
         check_next_n(next_n)?;
+        check_max_pages(max_pages)?;
+        Error::to_i32("B", batch)?;
         let rows = Error::elements("B · next_n", batch, next_n)?;
         let plan = backend.paged_indexer_plan(batch, next_n, max_pages, TOPK);
         let (splits, blocks_per_split) = (plan.splits, plan.blocks_per_split);

@@ -135,17 +135,25 @@ pub const fn indexer_merge_smem_bytes(topk: usize) -> u32 {
 /// slots run times a CTA's pages and a fixed cost of `MIN_BLOCKS_PER_SPLIT` pages (its start,
 /// last cut and list; ties to fewer splits: less to merge). Only filling the slots is not
 /// enough: 128 pairs in 264 slots split in 3 run two waves (the second of 120 CTAs) of 342
-/// pages, in 2 one wave of 512.
+/// pages, in 2 one wave of 512. The search stops at `slots` splits: past them the
+/// wave-exact split counts come back with more waves, each paying the fixed cost again (the
+/// unbounded search picks the same split on a grid of GPUs, batches and tables, a unit test),
+/// so planning costs at most `2 · sms` steps whatever `max_pages` is (`sms`: the device's SM
+/// count).
 pub fn paged_indexer_split(sms: usize, pairs: usize, max_pages: usize) -> (usize, usize) {
-    let slots = (2 * sms).max(1);
+    let slots = sms.saturating_mul(2).max(1);
     let pairs = pairs.max(1);
     if pairs >= slots {
         return (1, max_pages.max(1));
     }
     // Split counts that leave every split at least MIN_BLOCKS_PER_SPLIT pages.
-    let most = (max_pages / MIN_BLOCKS_PER_SPLIT).max(1);
+    let most = (max_pages / MIN_BLOCKS_PER_SPLIT).clamp(1, slots);
     let time = |splits: usize| {
-        (pairs * splits).div_ceil(slots) * (max_pages.div_ceil(splits) + MIN_BLOCKS_PER_SPLIT)
+        pairs.saturating_mul(splits).div_ceil(slots).saturating_mul(
+            max_pages
+                .div_ceil(splits)
+                .saturating_add(MIN_BLOCKS_PER_SPLIT),
+        )
     };
     let wanted = (1..=most)
         .min_by_key(|&splits| (time(splits), splits))

@@ -79,7 +79,7 @@ impl<B: Backend, const D_QK: usize, const HEADS: usize, const TOPK: usize, S: St
         if q.rows() > max_rows {
             return Err(Error::Value {
                 param: "s_q",
-                value: q.rows() as i64,
+                value: q.rows() as i128,
                 range: format!("0 ..= {max_rows} at {HEADS} heads"),
             });
         }
@@ -154,7 +154,7 @@ pub fn padded_indices<B: Backend, const TOPK: usize>(
     if width > TOPK {
         return Err(Error::Value {
             param: "width",
-            value: i64::try_from(width).unwrap_or(i64::MAX),
+            value: width as i128,
             range: format!("0 ..= {TOPK} (TOPK)"),
         });
     }

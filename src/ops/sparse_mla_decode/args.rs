@@ -33,25 +33,32 @@ checked_struct! {
     slices DecodeQuerySlices: read;
 }
 
+/// The kernels count (row, head) pairs in i32 (one combine CTA each): at most
+/// `i32::MAX / H_Q` query rows, the rule of [`DecodeQueries::new`] and
+/// [`DecodeWorkspace::new`] alike.
+fn check_rows<const H_Q: usize>(rows: usize) -> Result<()> {
+    let max_rows = i32::MAX as usize / H_Q.max(1);
+    if rows > max_rows {
+        return Err(Error::Value {
+            param: "rows",
+            value: rows as i128,
+            range: format!("0 ..= {max_rows} (rows × H_Q within i32)"),
+        });
+    }
+    Ok(())
+}
+
 impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
     DecodeQueries<B, H_Q, TOPK, S>
 {
-    /// Ties q and the indices to one row count (at most `i32::MAX`).
+    /// Ties q and the indices to one row count (at most `i32::MAX / H_Q`).
     pub fn new(
         q: Tensor<B, bf16, DecodeQRow<H_Q>, S>,
         indices: Tensor<B, i32, Cols<TOPK>, S>,
         sm_scale: f32,
     ) -> Result<Self> {
         indices.expect_rows("indices", "query rows (as q)", q.rows())?;
-        // The kernels count (row, head) pairs in i32: one combine CTA each.
-        let max_rows = i32::MAX as usize / H_Q.max(1);
-        if q.rows() > max_rows {
-            return Err(Error::Value {
-                param: "rows",
-                value: q.rows() as i64,
-                range: format!("0 ..= {max_rows} (rows × H_Q within i32)"),
-            });
-        }
+        check_rows::<H_Q>(q.rows())?;
         Ok(Self {
             q,
             indices,
@@ -97,6 +104,7 @@ impl<B: super::RunDecode, const H_Q: usize, const TOPK: usize> DecodeWorkspace<B
     /// The scratch of steps of `rows` query rows, planned for `backend` (the CPU reference
     /// needs none).
     pub fn new(backend: &B, rows: usize) -> Result<Self> {
+        check_rows::<H_Q>(rows)?;
         let (splits, blocks_per_split) = backend.decode_splits(rows, H_Q, TOPK);
         let parts = if splits > 1 {
             Error::elements(

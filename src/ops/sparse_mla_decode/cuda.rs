@@ -132,7 +132,7 @@ const MAX_SPLITS: usize = 32;
 /// heads, so that about 132 CTAs (`TARGET_CTAS`) run (a batch that fills the GPU is not split),
 /// at most `MAX_SPLITS` a row.
 pub fn decode_splits(rows: usize, heads: usize, topk: usize) -> (usize, usize) {
-    let ctas = rows * heads.div_ceil(HEAD_GROUP);
+    let ctas = rows.saturating_mul(heads.div_ceil(HEAD_GROUP));
     let blocks = topk / BLOCK;
     let wanted = TARGET_CTAS
         .div_ceil(ctas.max(1))

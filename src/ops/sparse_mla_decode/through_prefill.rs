@@ -54,7 +54,7 @@ impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, 
         if positions > i32::MAX as usize {
             return Err(Error::Value {
                 param: "rows",
-                value: rows as i64,
+                value: rows as i128,
                 range: format!(
                     "0 ..= {} (rows × TOPK within i32)",
                     i32::MAX as usize / TOPK
