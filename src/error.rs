@@ -194,6 +194,26 @@ impl Error {
         })
     }
 
+    /// Checks that `value` times `factor` fits the `i32` a kernel counts it in (`value ≤
+    /// i32::MAX / factor`): `Ok`, or an [`Error::Value`] naming `param`, with the range and what
+    /// the product counts (`what`, e.g. `"rows × H_Q"`).
+    pub fn check_i32_product(
+        param: &'static str,
+        value: usize,
+        factor: usize,
+        what: &str,
+    ) -> Result<()> {
+        let most = i32::MAX as usize / factor.max(1);
+        if value > most {
+            return Err(Error::Value {
+                param,
+                value: value as i128,
+                range: format!("0 ..= {most} ({what} within i32)"),
+            });
+        }
+        Ok(())
+    }
+
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].
     #[inline]
     pub fn check_extent(

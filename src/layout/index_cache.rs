@@ -80,14 +80,12 @@ impl<B: Backend, const PAGE: usize, S: Storage<B>> IndexKeyCache<B, PAGE, S> {
     where
         Dim<PAGE>: IndexCachePage,
     {
-        let max_pages = i32::MAX as usize / PAGE;
-        if pages.rows() > max_pages {
-            return Err(Error::Value {
-                param: "index_cache pages",
-                value: pages.rows() as i128,
-                range: format!("0 ..= {max_pages} (slots addressable by an i32 index)"),
-            });
-        }
+        Error::check_i32_product(
+            "index_cache pages",
+            pages.rows(),
+            PAGE,
+            "pages × PAGE slots",
+        )?;
         let slots = PagedSlots::<PAGE>::new(pages.rows());
         Ok(Self { pages, slots })
     }

@@ -93,14 +93,7 @@ impl<B: Backend, const PAGE: usize, const GROUP: usize, S: Storage<B>>
         Dim<GROUP>: MlaScaleGroup,
     {
         let slots = PagedSlots::<PAGE>::new(pages.rows());
-        let max_pages = i32::MAX as usize / PAGE;
-        if pages.rows() > max_pages {
-            return Err(Error::Value {
-                param: "kv_cache pages",
-                value: pages.rows() as i128,
-                range: format!("0 ..= {max_pages} (slots addressable by an i32 index)"),
-            });
-        }
+        Error::check_i32_product("kv_cache pages", pages.rows(), PAGE, "pages × PAGE slots")?;
         Ok(Self { pages, slots })
     }
 

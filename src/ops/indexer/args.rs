@@ -155,15 +155,12 @@ fn check_next_n(next_n: usize) -> Result<()> {
 /// rule of [`PagedIndexerQueries::new`] and [`PagedIndexerWorkspace::new`] alike.
 fn check_max_pages(max_pages: usize) -> Result<()> {
     let page = shapeproof_rules::INDEX_CACHE_PAGE;
-    let most_pages = i32::MAX as usize / page;
-    if max_pages > most_pages {
-        return Err(Error::Value {
-            param: "max_pages",
-            value: max_pages as i128,
-            range: format!("0 ..= {most_pages} ({page} · max_pages positions within i32)"),
-        });
-    }
-    Ok(())
+    Error::check_i32_product(
+        "max_pages",
+        max_pages,
+        page,
+        &format!("{page} · max_pages positions"),
+    )
 }
 
 impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX, S> {

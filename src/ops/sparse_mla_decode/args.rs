@@ -37,15 +37,7 @@ checked_struct! {
 /// `i32::MAX / H_Q` query rows, the rule of [`DecodeQueries::new`] and
 /// [`DecodeWorkspace::new`] alike.
 fn check_rows<const H_Q: usize>(rows: usize) -> Result<()> {
-    let max_rows = i32::MAX as usize / H_Q.max(1);
-    if rows > max_rows {
-        return Err(Error::Value {
-            param: "rows",
-            value: rows as i128,
-            range: format!("0 ..= {max_rows} (rows × H_Q within i32)"),
-        });
-    }
-    Ok(())
+    Error::check_i32_product("rows", rows, H_Q, "rows × H_Q")
 }
 
 impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>
