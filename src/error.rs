@@ -195,23 +195,25 @@ impl Error {
     }
 
     /// Checks that `value` times `factor` fits the `i32` a kernel counts it in (`value ≤
-    /// i32::MAX / factor`): `Ok`, or an [`Error::Value`] naming `param`, with the range and what
-    /// the product counts (`what`, e.g. `"rows × H_Q"`).
-    pub fn check_i32_product(
-        param: &'static str,
-        value: usize,
-        factor: usize,
-        what: &str,
-    ) -> Result<()> {
+    /// i32::MAX / factor`): `Ok`, or an [`Error::Value`] naming `param`, with the range and the
+    /// product it bounds (`"0 ..= 134217727 (rows × 16 within i32)"`).
+    #[inline]
+    pub fn check_i32_product(param: &'static str, value: usize, factor: usize) -> Result<()> {
         let most = i32::MAX as usize / factor.max(1);
         if value > most {
-            return Err(Error::Value {
-                param,
-                value: value as i128,
-                range: format!("0 ..= {most} ({what} within i32)"),
-            });
+            return Err(Self::i32_product_overflow(param, value, factor, most));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn i32_product_overflow(param: &'static str, value: usize, factor: usize, most: usize) -> Self {
+        Error::Value {
+            param,
+            value: value as i128,
+            range: format!("0 ..= {most} ({param} × {factor} within i32)"),
+        }
     }
 
     /// Checks one extent: `Ok` when `actual == expected`, otherwise an [`Error::Extent`].

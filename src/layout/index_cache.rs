@@ -80,12 +80,7 @@ impl<B: Backend, const PAGE: usize, S: Storage<B>> IndexKeyCache<B, PAGE, S> {
     where
         Dim<PAGE>: IndexCachePage,
     {
-        Error::check_i32_product(
-            "index_cache pages",
-            pages.rows(),
-            PAGE,
-            "pages × PAGE slots",
-        )?;
+        Error::check_i32_product("index_cache pages", pages.rows(), PAGE)?;
         let slots = PagedSlots::<PAGE>::new(pages.rows());
         Ok(Self { pages, slots })
     }

@@ -93,7 +93,7 @@ impl<B: Backend, const PAGE: usize, const GROUP: usize, S: Storage<B>>
         Dim<GROUP>: MlaScaleGroup,
     {
         let slots = PagedSlots::<PAGE>::new(pages.rows());
-        Error::check_i32_product("kv_cache pages", pages.rows(), PAGE, "pages × PAGE slots")?;
+        Error::check_i32_product("kv_cache pages", pages.rows(), PAGE)?;
         Ok(Self { pages, slots })
     }
 

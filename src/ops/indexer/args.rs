@@ -154,13 +154,7 @@ fn check_next_n(next_n: usize) -> Result<()> {
 /// `64 · max_pages` positions addressable by an i32 (the kernels count positions in i32): the
 /// rule of [`PagedIndexerQueries::new`] and [`PagedIndexerWorkspace::new`] alike.
 fn check_max_pages(max_pages: usize) -> Result<()> {
-    let page = shapeproof_rules::INDEX_CACHE_PAGE;
-    Error::check_i32_product(
-        "max_pages",
-        max_pages,
-        page,
-        &format!("{page} · max_pages positions"),
-    )
+    Error::check_i32_product("max_pages", max_pages, shapeproof_rules::INDEX_CACHE_PAGE)
 }
 
 impl<B: Backend, const H_IDX: usize, S: Storage<B>> PagedIndexerQueries<B, H_IDX, S> {

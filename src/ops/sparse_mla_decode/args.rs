@@ -37,7 +37,7 @@ checked_struct! {
 /// `i32::MAX / H_Q` query rows, the rule of [`DecodeQueries::new`] and
 /// [`DecodeWorkspace::new`] alike.
 fn check_rows<const H_Q: usize>(rows: usize) -> Result<()> {
-    Error::check_i32_product("rows", rows, H_Q, "rows × H_Q")
+    Error::check_i32_product("rows", rows, H_Q)
 }
 
 impl<B: Backend, const H_Q: usize, const TOPK: usize, S: Storage<B>>

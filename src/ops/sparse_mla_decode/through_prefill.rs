@@ -50,7 +50,7 @@ pub struct PrefillDecodeWorkspace<B: Backend, const H_Q: usize, const TOPK: usiz
 impl<B: Backend, const H_Q: usize, const TOPK: usize> PrefillDecodeWorkspace<B, H_Q, TOPK> {
     /// The scratch of steps of `rows` query rows (`rows · TOPK` at most `i32::MAX`).
     pub fn new(backend: &B, rows: usize) -> Result<Self> {
-        Error::check_i32_product("rows", rows, TOPK, "rows × TOPK")?;
+        Error::check_i32_product("rows", rows, TOPK)?;
         Ok(Self {
             rows,
             q8: Tensor::zeros(backend, rows)?,
