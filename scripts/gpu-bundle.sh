@@ -223,10 +223,11 @@ for cand in "${candidates[@]}"; do
 done
 
 cp scripts/gpu-run.sh "$out/run.sh"
+cp scripts/gpu-session.sh "$out/session.sh"
 cp scripts/fp8_matmul_rate.py "$out/"
 cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
     bench/torch_timing.py "$out/"
-chmod +x "$out/run.sh"
+chmod +x "$out/run.sh" "$out/session.sh"
 # The precompiled kernels travel as one xz tarball (each entry holds its full source text:
 # 20 MB of entries pack into under 1 MB); run.sh unpacks it.
 if [ -d "$out/kernels" ]; then

@@ -29,6 +29,7 @@
 #                     or from candidates: HARNESS_NARROW / HARNESS_WIDE when bundling)
 #   run.sh gather-rates  the row gather alone, by copy path (bench/harness/gather_rates.cu)
 #   run.sh all        all of the above but the harness and the gather rates
+#   run.sh unpack     only the unpacking every mode starts with (binaries, kernel cache)
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -277,6 +278,7 @@ case "$mode" in
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
+    unpack) ;;
+    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all|unpack] [args]" >&2; exit 2 ;;
 esac
 exit $status

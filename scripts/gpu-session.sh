@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One device call's worth of work on a bundle with candidate builds (scripts/gpu-bundle.sh
+# --candidate ...; the bundle holds this script as session.sh), within a time budget, for a
+# machine lent for a few minutes at a time:
+#
+#   .gpu/session.sh SECONDS BINARY TEST [TEST ...]
+#
+#   1. Correctness, all at once: every build's GPU tests (bin/'s and each candidate's, main's
+#      being the control on this machine), and the named tests of BINARY (e.g. gpu_indexer)
+#      under memcheck, synccheck and racecheck in each candidate build; all stopped after
+#      CHECK_SECONDS (default: 40% of SECONDS).
+#   2. Every benchmark that has a candidate build, timed main, each candidate, main again
+#      (`run.sh compare`'s rounds, one run at a time).
+#   3. On an H200 (or with RECORDS=1), the benchmarks without a candidate build: the figures
+#      of record.
+#
+# Every run is stopped when SECONDS have passed since the start; what did not start is listed
+# as skipped. Logs and JSON go to $OUT/session (or ./session without $OUT) and are packed into
+# session.tgz beside it after every step, so a call stopped at its limit still returns what
+# ran. A one-line summary a run is printed at the end of each step.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+budget=${1:?usage: session.sh SECONDS BINARY TEST [TEST ...]}
+binary=${2:?a test binary name, e.g. gpu_indexer}
+shift 2
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+top=${OUT:-$PWD}
+work=$top/session
+mkdir -p "$work"
+pack() { tar czf "$top/session.tgz" -C "$work" . 2>/dev/null; }
+status=0
+
+# The machine, and the binaries unpacked (run.sh unpacks them and sets the kernel cache).
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,clocks.max.sm,power.limit,driver_version --format=csv; } \
+    >"$work/gpu.txt" 2>&1
+cat "$work/gpu.txt"
+"$here/run.sh" unpack >/dev/null 2>&1
+cuda=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
+[ -d "$here/kernels" ] && export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
+main_commit=$(cat "$here/commit" 2>/dev/null || echo unknown)
+cands=()
+for c in "$here"/cand/*/; do
+    [ -d "$c" ] && cands+=("$(basename "$c")")
+done
+echo "main $main_commit, candidates: ${cands[*]:-none}; ${SHAPEPROOF_CACHE_DIR:+precompiled kernels: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)}"
+
+# A run in the background under the budget: $1 names its log, $2 its time limit, the rest is
+# the command.
+launch() {
+    local tag=$1 limit=$2
+    shift 2
+    if [ "$limit" -le 5 ]; then
+        echo skipped >"$work/$tag.rc"
+        return
+    fi
+    (timeout "$limit" "$@" >"$work/$tag.log" 2>&1; echo $? >"$work/$tag.rc") &
+}
+# The line of a finished run (and the end of its log when it failed).
+report() {
+    local tag=$1 rc
+    rc=$(cat "$work/$tag.rc" 2>/dev/null || echo missing)
+    if [ "$rc" = 0 ] && grep -q '^running 0 tests' "$work/$tag.log"; then
+        rc="no test of that name"
+    fi
+    case "$rc" in
+        0) echo "== $tag: ok $(grep -hE 'test result|ERROR SUMMARY|RACECHECK SUMMARY' "$work/$tag.log" | tr '\n' ' ')" ;;
+        skipped) echo "== $tag: skipped (time)" ;;
+        124 | 137) status=1; echo "== $tag: stopped at its time limit (rc $rc); its last lines:"; tail -n 10 "$work/$tag.log" ;;
+        *) status=1; echo "== $tag: FAILED (rc $rc); its last lines:"; tail -n 30 "$work/$tag.log" ;;
+    esac
+}
+
+# 1. Correctness.
+check_limit=${CHECK_SECONDS:-$((budget * 2 / 5))}
+runs=()
+for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
+    [ -x "$t" ] || continue
+    tag="test ${t#"$here"/}"
+    tag=${tag//\//-}
+    runs+=("$tag")
+    launch "$tag" "$check_limit" "$t" --test-threads=1
+done
+for c in "${cands[@]}"; do
+    [ -x "$here/cand/$c/$binary" ] || continue
+    for name in "$@"; do
+        for tool in memcheck synccheck racecheck; do
+            tag="$tool cand-$c $name"
+            runs+=("$tag")
+            launch "$tag" "$check_limit" "$cuda/bin/compute-sanitizer" --tool "$tool" --error-exitcode 99 \
+                --print-limit 5 "$here/cand/$c/$binary" --test-threads=1 --exact "$name"
+        done
+    done
+done
+wait
+for tag in "${runs[@]}"; do report "$tag"; done | tee "$work/check.txt"
+pack
+echo "== correctness done at $((SECONDS - start)) s"
+
+# 2. The benchmarks with a candidate build: main, each candidate, main again.
+export BENCH_JSON_DIR=$work/bench
+mkdir -p "$BENCH_JSON_DIR"
+export SHAPEPROOF_COMMIT=$main_commit
+timed() {  # $1: log name, $2: JSON folder, $3: commit, the rest: the command
+    local log=$1 dir=$2 commit=$3
+    shift 3
+    mkdir -p "$dir"
+    if [ "$(left)" -le 10 ]; then
+        echo "== $log: skipped (time)"
+        return
+    fi
+    local rc=0
+    SHAPEPROOF_COMMIT=$commit BENCH_JSON_DIR=$dir timeout "$(left)" "$@" >"$work/$log.log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        status=1
+        echo "== $log: FAILED or stopped at the budget's end (rc $rc); its last lines:"
+        tail -n 5 "$work/$log.log"
+    fi
+    grep -h '^|' "$work/$log.log" | grep -v -- '---'
+    pack
+}
+for b in "$here"/bin/bench_*; do
+    name=$(basename "$b")
+    with=()
+    for c in "${cands[@]}"; do
+        [ -x "$here/cand/$c/$name" ] && with+=("$c")
+    done
+    [ ${#with[@]} -gt 0 ] || continue
+    echo "== $name: main, ${with[*]}, main"
+    timed "$name-main" "$BENCH_JSON_DIR" "$main_commit" "$b"
+    for c in "${with[@]}"; do
+        timed "$name-cand-$c" "$BENCH_JSON_DIR/cand-$c" "$c" "$here/cand/$c/$name"
+    done
+    timed "$name-main-2" "$BENCH_JSON_DIR/new-2" "$main_commit" "$b"
+done
+echo "== candidates timed at $((SECONDS - start)) s"
+
+# 3. The figures of record, on an H200.
+if grep -q 'H200' "$work/gpu.txt" || [ -n "${RECORDS:-}" ]; then
+    for b in "$here"/bin/bench_*; do
+        name=$(basename "$b")
+        compgen -G "$here/cand/*/$name" >/dev/null && continue
+        echo "== $name (record)"
+        timed "$name" "$BENCH_JSON_DIR" "$main_commit" "$b"
+    done
+fi
+echo "== session done at $((SECONDS - start)) s"
+pack
+exit $status
