@@ -2,6 +2,7 @@
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
 # needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all]
+# or, a device call's worth with candidates:  .gpu/session.sh SECONDS BINARY TEST... (scripts/gpu-session.sh)
 #
 #   scripts/gpu-bundle.sh                      everything
 #   scripts/gpu-bundle.sh --only gpu_indexer,bench_indexer
