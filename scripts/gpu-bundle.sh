@@ -2,7 +2,7 @@
 # Builds the GPU tests, benches and examples here (where Rust is) and bundles them with a
 # runner into .gpu/, ready to copy to a machine with a CUDA 13 driver and toolkit (no Rust
 # needed there). Then, on that machine:  .gpu/run.sh [tests|sanitize|bench|compare|examples|harness|gather-rates|all]
-# or, a device call's worth with candidates:  .gpu/session.sh SECONDS BINARY TEST... (scripts/gpu-session.sh)
+# or, a device call's worth with candidates:  .gpu/session.sh SECONDS BINARY:TEST... (scripts/gpu-session.sh)
 #
 #   scripts/gpu-bundle.sh                      everything
 #   scripts/gpu-bundle.sh --only gpu_indexer,bench_indexer
@@ -24,6 +24,11 @@
 #       --candidate some-branch
 #                                              candidates build only the names given (a subset
 #                                              of --only: what their change touches)
+#   scripts/gpu-bundle.sh --only gpu_indexer,bench_indexer,gpu_mla_decode,bench_mla_decode \
+#       --candidate a-branch:gpu_indexer,bench_indexer --candidate b-branch:gpu_mla_decode,bench_mla_decode
+#                                              a candidate's own names after a colon (instead of
+#                                              --candidate-only for all): each builds, and so
+#                                              is tested and timed, for what it touches only
 #   scripts/gpu-bundle.sh ... --precompile lightning_indexer,topk
 #                                              and, at every build (new, baseline, candidates),
 #                                              the kernels of the named tests/kernels_compile.rs
@@ -50,8 +55,15 @@ while [ $# -gt 0 ]; do
         --baseline) baseline=$(git rev-parse --verify "${2:?--baseline needs a commit}^{commit}"); shift 2 ;;
         --precompile) precompile=${2:?--precompile needs a comma-separated list of kernels_compile tests}; shift 2 ;;
         --candidate-only) candidate_only=${2:?--candidate-only needs a comma-separated list of names}; shift 2 ;;
-        --candidate) candidates+=("$(git rev-parse --verify "${2:?--candidate needs a commit}^{commit}")"); shift 2 ;;
-        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate-only name,...] [--candidate REV]... [--precompile test,...]" >&2; exit 2 ;;
+        --candidate)
+            # REV or REV:names (the names this candidate builds, instead of --candidate-only's)
+            spec=${2:?--candidate needs a commit}
+            names=""
+            case "$spec" in *:*) names=${spec#*:}; spec=${spec%%:*} ;; esac
+            candidates+=("$(git rev-parse --verify "$spec^{commit}")|$names")
+            shift 2
+            ;;
+        *) echo "usage: gpu-bundle.sh [--only name,name,...] [--baseline REV] [--candidate-only name,...] [--candidate REV[:name,...]]... [--precompile test,...]" >&2; exit 2 ;;
     esac
 done
 
@@ -205,9 +217,13 @@ if [ -n "$baseline" ]; then
 fi
 
 # The same binaries at each candidate commit, one worktree and target dir for all of them
-# (only those of --candidate-only when it is given).
+# (only those of its own names after a colon, else of --candidate-only, when given).
 [ -n "$candidate_only" ] && only=$candidate_only
-for cand in "${candidates[@]}"; do
+all_candidates_only=$only
+for spec in "${candidates[@]}"; do
+    cand=${spec%%|*}
+    only=${spec#*|}
+    [ -n "$only" ] || only=$all_candidates_only
     src=$root/target/candidate-src
     if [ -d "$src" ]; then
         git -C "$src" checkout --quiet --detach "$cand"

@@ -3,12 +3,12 @@
 # --candidate ...; the bundle holds this script as session.sh), within a time budget, for a
 # machine lent for a few minutes at a time:
 #
-#   .gpu/session.sh SECONDS BINARY TEST [TEST ...]
+#   .gpu/session.sh SECONDS BINARY:TEST [BINARY:TEST ...]
 #
 #   1. Correctness, all at once: every build's GPU tests (bin/'s and each candidate's, main's
-#      being the control on this machine), and the named tests of BINARY (e.g. gpu_indexer)
-#      under memcheck, synccheck and racecheck in each candidate build; all stopped after
-#      CHECK_SECONDS (default: 40% of SECONDS).
+#      being the control on this machine), and each named test (e.g.
+#      gpu_indexer:heads_32_topk_2048) under memcheck, synccheck and racecheck in each candidate
+#      build that has its binary; all stopped after CHECK_SECONDS (default: 40% of SECONDS).
 #   2. Every benchmark that has a candidate build, timed main, each candidate, main again
 #      (`run.sh compare`'s rounds, one run at a time).
 #   3. On an H200 (or with RECORDS=1), the benchmarks without a candidate build: the figures
@@ -20,9 +20,8 @@
 # ran. A one-line summary a run is printed at the end of each step.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-budget=${1:?usage: session.sh SECONDS BINARY TEST [TEST ...]}
-binary=${2:?a test binary name, e.g. gpu_indexer}
-shift 2
+budget=${1:?usage: session.sh SECONDS BINARY:TEST [BINARY:TEST ...]}
+shift
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
 top=${OUT:-$PWD}
@@ -83,8 +82,9 @@ for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
     launch "$tag" "$check_limit" "$t" --test-threads=1
 done
 for c in "${cands[@]}"; do
-    [ -x "$here/cand/$c/$binary" ] || continue
-    for name in "$@"; do
+    for pair in "$@"; do
+        binary=${pair%%:*} name=${pair#*:}
+        [ -x "$here/cand/$c/$binary" ] || continue
         for tool in memcheck synccheck racecheck; do
             tag="$tool cand-$c $name"
             runs+=("$tag")
