@@ -33,6 +33,7 @@
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/gpu-common.sh"  # start_run, report_run
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
 # The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile, unpacked
@@ -134,26 +135,7 @@ check() {
         while running=$(jobs -rp | wc -l) && [ "$running" -ge "$most" ]; do
             wait -n || true
         done
-        if [ "$(left)" -le 5 ]; then
-            echo skipped >"$logs/$tag.rc"
-            return
-        fi
-        (timeout "$(left)" "$@" >"$logs/$tag.log" 2>&1; echo $? >"$logs/$tag.rc") &
-    }
-    # The line of a finished run, and its log's end when it failed.
-    report() {
-        local tag=$1 rc
-        rc=$(cat "$logs/$tag.rc" 2>/dev/null || echo missing)
-        # A test name that matches nothing runs zero tests and exits 0: that is a failure here.
-        if [ "$rc" = 0 ] && grep -q '^running 0 tests' "$logs/$tag.log"; then
-            rc="no test of that name"
-        fi
-        case "$rc" in
-            0) echo "== $tag: ok, $(grep -hE 'test result|ERROR SUMMARY|RACECHECK SUMMARY' "$logs/$tag.log" | tr '\n' ' ')" ;;
-            skipped) echo "== $tag: skipped (time)" ;;
-            124 | 137) status=1; echo "== $tag: stopped at the budget's end (rc $rc); its last lines:"; tail -n 15 "$logs/$tag.log" ;;
-            *) status=1; echo "== $tag: FAILED (rc $rc); its last lines:"; tail -n 30 "$logs/$tag.log" ;;
-        esac
+        start_run "$logs" "$tag" "$(left)" "$@"
     }
     for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
         [ -x "$t" ] && [ -z "${SKIP_TESTS:-}" ] || continue
@@ -177,7 +159,7 @@ check() {
     done
     wait
     for log in "${runs[@]}"; do
-        report "$log"
+        report_run "$logs" "$log"
     done
     echo "== check done at $((SECONDS - start)) s; logs in $logs"
 }

@@ -20,6 +20,7 @@
 # ran. A one-line summary a run is printed at the end of each step.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/gpu-common.sh"  # start_run, report_run
 budget=${1:?usage: session.sh SECONDS BINARY:TEST [BINARY:TEST ...]}
 shift
 start=$SECONDS
@@ -45,32 +46,6 @@ for c in "$here"/cand/*/; do
 done
 echo "main $main_commit, candidates: ${cands[*]:-none}; ${SHAPEPROOF_CACHE_DIR:+precompiled kernels: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)}"
 
-# A run in the background under the budget: $1 names its log, $2 its time limit, the rest is
-# the command.
-launch() {
-    local tag=$1 limit=$2
-    shift 2
-    if [ "$limit" -le 5 ]; then
-        echo skipped >"$work/$tag.rc"
-        return
-    fi
-    (timeout "$limit" "$@" >"$work/$tag.log" 2>&1; echo $? >"$work/$tag.rc") &
-}
-# The line of a finished run (and the end of its log when it failed).
-report() {
-    local tag=$1 rc
-    rc=$(cat "$work/$tag.rc" 2>/dev/null || echo missing)
-    if [ "$rc" = 0 ] && grep -q '^running 0 tests' "$work/$tag.log"; then
-        rc="no test of that name"
-    fi
-    case "$rc" in
-        0) echo "== $tag: ok $(grep -hE 'test result|ERROR SUMMARY|RACECHECK SUMMARY' "$work/$tag.log" | tr '\n' ' ')" ;;
-        skipped) echo "== $tag: skipped (time)" ;;
-        124 | 137) status=1; echo "== $tag: stopped at its time limit (rc $rc); its last lines:"; tail -n 10 "$work/$tag.log" ;;
-        *) status=1; echo "== $tag: FAILED (rc $rc); its last lines:"; tail -n 30 "$work/$tag.log" ;;
-    esac
-}
-
 # 1. Correctness.
 check_limit=${CHECK_SECONDS:-$((budget * 2 / 5))}
 runs=()
@@ -79,7 +54,7 @@ for t in "$here"/bin/gpu_* "$here"/cand/*/gpu_*; do
     tag="test ${t#"$here"/}"
     tag=${tag//\//-}
     runs+=("$tag")
-    launch "$tag" "$check_limit" "$t" --test-threads=1
+    start_run "$work" "$tag" "$check_limit" "$t" --test-threads=1
 done
 for c in "${cands[@]}"; do
     for pair in "$@"; do
@@ -88,13 +63,14 @@ for c in "${cands[@]}"; do
         for tool in memcheck synccheck racecheck; do
             tag="$tool cand-$c $name"
             runs+=("$tag")
-            launch "$tag" "$check_limit" "$cuda/bin/compute-sanitizer" --tool "$tool" --error-exitcode 99 \
+            start_run "$work" "$tag" "$check_limit" "$cuda/bin/compute-sanitizer" --tool "$tool" --error-exitcode 99 \
                 --print-limit 5 "$here/cand/$c/$binary" --test-threads=1 --exact "$name"
         done
     done
 done
 wait
-for tag in "${runs[@]}"; do report "$tag"; done | tee "$work/check.txt"
+for tag in "${runs[@]}"; do report_run "$work" "$tag"; done >"$work/check.txt"  # (sets status)
+cat "$work/check.txt"
 pack
 echo "== correctness done at $((SECONDS - start)) s"
 
