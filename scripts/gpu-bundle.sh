@@ -230,6 +230,9 @@ for spec in "${candidates[@]}"; do
     else
         git worktree add --quiet --detach "$src" "$cand"
     fi
+    # Every build of the crate again: cargo keys its artifacts by paths inside the package, so
+    # files older than the last build (from another checkout or worktree) could pass as fresh.
+    touch "$src/src/lib.rs"
     short=$(git -C "$src" rev-parse --short HEAD)
     mkdir -p "$out/cand/$short"
     printf %s "$short" >"$out/cand/$short/commit"
