@@ -1,6 +1,44 @@
 # Helpers that scripts/gpu-run.sh and scripts/gpu-session.sh share (sourced; gpu-bundle.sh copies
-# this file into the bundle beside them): a run in the background under a time limit, logged
-# under a folder, and the one-line report of a finished run.
+# this file into the bundle beside them): the bundle's setup, a run in the background under a
+# time limit, logged under a folder, and the one-line report of a finished run.
+
+# setup_bundle DIR: what every run on a bundle (gpu-bundle.sh's .gpu/ at DIR) needs first, for
+# this shell and the programs it starts: the binaries unpacked, the kernel cache, the CUDA
+# libraries, the commit for the benchmarks' JSON. Sets `cuda` (the toolkit's folder).
+setup_bundle() {
+    local here=$1 packed
+    cuda=${CUDA_HOME:-/usr/local/cuda}
+    export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
+    # The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile, unpacked
+    # once) when it has them, else a fresh folder (every kernel compiled here on first use).
+    if [ -e "$here/kernels.tar.xz" ] && [ ! -d "$here/kernels" ]; then
+        python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' \
+            "$here/kernels.tar.xz" "$here"
+    fi
+    if [ -d "$here/kernels" ]; then
+        export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
+    else
+        export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
+    fi
+    # The commit the bundle was built from, for the benchmarks' JSON.
+    export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
+    # Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
+    for packed in "$here"/bin/*.xz "$here"/base/*.xz "$here"/cand/*/*.xz; do
+        [ -e "$packed" ] || continue
+        if command -v xz >/dev/null; then
+            xz -d -f "$packed"
+        else
+            python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$packed" && rm "$packed"
+        fi
+        chmod +x "${packed%.xz}"
+    done
+    # A candidate's benchmarks look for the FP8 matmul script beside their folder (cand/).
+    if [ -e "$here/fp8_matmul_rate.py" ] && [ -d "$here/cand" ]; then
+        cp "$here/fp8_matmul_rate.py" "$here/cand/"
+    fi
+}
 
 # start_run LOGS TAG LIMIT COMMAND...: COMMAND in the background, stopped after LIMIT seconds,
 # its output in LOGS/TAG.log and its exit status in LOGS/TAG.rc; with 5 seconds or less left it

@@ -29,42 +29,11 @@
 #                     or from candidates: HARNESS_NARROW / HARNESS_WIDE when bundling)
 #   run.sh gather-rates  the row gather alone, by copy path (bench/harness/gather_rates.cu)
 #   run.sh all        all of the above but the harness and the gather rates
-#   run.sh unpack     only the unpacking every mode starts with (binaries, kernel cache)
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/gpu-common.sh"  # start_run, report_run
-cuda=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
-# The kernel cache: the bundle's precompiled kernels (gpu-bundle.sh --precompile, unpacked
-# once) when it has them, else a fresh folder (every kernel compiled here on first use).
-if [ -e "$here/kernels.tar.xz" ] && [ ! -d "$here/kernels" ]; then
-    python3 -c 'import sys, tarfile
-kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' \
-        "$here/kernels.tar.xz" "$here"
-fi
-if [ -d "$here/kernels" ]; then
-    export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
-else
-    export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$(mktemp -d)}
-fi
-# The commit the bundle was built from, for the benchmarks' JSON.
-export SHAPEPROOF_COMMIT=${SHAPEPROOF_COMMIT:-$(cat "$here/commit" 2>/dev/null || echo unknown)}
-# Unpack the binaries the bundle compressed (xz, or Python's lzma where xz is missing).
-for packed in "$here"/bin/*.xz "$here"/base/*.xz "$here"/cand/*/*.xz; do
-    [ -e "$packed" ] || continue
-    if command -v xz >/dev/null; then
-        xz -d -f "$packed"
-    else
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$packed" && rm "$packed"
-    fi
-    chmod +x "${packed%.xz}"
-done
-# A candidate's benchmarks look for the FP8 matmul script beside their folder (cand/).
-if [ -e "$here/fp8_matmul_rate.py" ] && [ -d "$here/cand" ]; then
-    cp "$here/fp8_matmul_rate.py" "$here/cand/"
-fi
+source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run
+setup_bundle "$here"  # binaries unpacked, kernel cache, CUDA libraries, commit
 mode=${1:-tests}
 shift || true
 status=0
@@ -260,7 +229,6 @@ case "$mode" in
     harness) "$here/bin/harness" "$@" || status=1 ;;
     gather-rates) "$here/bin/gather_rates" || status=1 ;;
     all) run_tests "$@"; sanitize "$@"; bench; examples ;;
-    unpack) ;;
-    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all|unpack] [args]" >&2; exit 2 ;;
+    *) echo "usage: run.sh [tests|sanitize|check|bench|compare|examples|harness|gather-rates|all] [args]" >&2; exit 2 ;;
 esac
 exit $status

@@ -20,7 +20,7 @@
 # ran. A one-line summary a run is printed at the end of each step.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/gpu-common.sh"  # start_run, report_run
+source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run
 budget=${1:?usage: session.sh SECONDS BINARY:TEST [BINARY:TEST ...]}
 shift
 start=$SECONDS
@@ -31,20 +31,17 @@ mkdir -p "$work"
 pack() { tar czf "$top/session.tgz" -C "$work" . 2>/dev/null; }
 status=0
 
-# The machine, and the binaries unpacked (run.sh unpacks them and sets the kernel cache).
+# The machine, and the bundle set up.
 { nvidia-smi -L; nvidia-smi --query-gpu=name,clocks.max.sm,power.limit,driver_version --format=csv; } \
     >"$work/gpu.txt" 2>&1
 cat "$work/gpu.txt"
-"$here/run.sh" unpack >/dev/null 2>&1
-cuda=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$cuda/lib64:${LD_LIBRARY_PATH:-}"
-[ -d "$here/kernels" ] && export SHAPEPROOF_CACHE_DIR=${SHAPEPROOF_CACHE_DIR:-$here/kernels}
-main_commit=$(cat "$here/commit" 2>/dev/null || echo unknown)
+setup_bundle "$here"
+main_commit=$SHAPEPROOF_COMMIT
 cands=()
 for c in "$here"/cand/*/; do
     [ -d "$c" ] && cands+=("$(basename "$c")")
 done
-echo "main $main_commit, candidates: ${cands[*]:-none}; ${SHAPEPROOF_CACHE_DIR:+precompiled kernels: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)}"
+echo "main $main_commit, candidates: ${cands[*]:-none}; kernels in the cache: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)"
 
 # 1. Correctness.
 check_limit=${CHECK_SECONDS:-$((budget * 2 / 5))}
@@ -77,7 +74,6 @@ echo "== correctness done at $((SECONDS - start)) s"
 # 2. The benchmarks with a candidate build: main, each candidate, main again.
 export BENCH_JSON_DIR=$work/bench
 mkdir -p "$BENCH_JSON_DIR"
-export SHAPEPROOF_COMMIT=$main_commit
 timed() {  # $1: log name, $2: JSON folder, $3: commit, the rest: the command
     local log=$1 dir=$2 commit=$3
     shift 3
