@@ -10,7 +10,8 @@
 #      gpu_indexer:heads_32_topk_2048) under memcheck, synccheck and racecheck in each candidate
 #      build that has its binary; all stopped after CHECK_SECONDS (default: 40% of SECONDS).
 #   2. Every benchmark that has a candidate build, timed main, each candidate, main again
-#      (`run.sh compare`'s rounds, one run at a time).
+#      (`run.sh compare`'s rounds, one run at a time), and each candidate's time a record over
+#      the mean of main's two (bench/compare.py, in compare.md).
 #   3. On an H200 (or with RECORDS=1), the benchmarks without a candidate build: the figures
 #      of record.
 #
@@ -107,6 +108,9 @@ for b in "$here"/bin/bench_*; do
     timed "$name-main-2" "$BENCH_JSON_DIR/new-2" "$main_commit" "$b"
 done
 echo "== candidates timed at $((SECONDS - start)) s"
+# Each candidate beside the mean of main's two runs, record by record (bench/compare.py).
+python3 "$here/compare.py" "$BENCH_JSON_DIR" | tee "$work/compare.md"
+pack
 
 # 3. The figures of record, on an H200.
 if grep -q 'H200' "$work/gpu.txt" || [ -n "${RECORDS:-}" ]; then
