@@ -69,3 +69,33 @@ report_run() {
         *) status=1; echo "== $tag: FAILED (rc $rc); its last lines:"; tail -n 30 "$logs/$tag.log" ;;
     esac
 }
+
+# bench_rounds DIR NAME: the rounds benchmark NAME is timed in on the bundle at DIR, in order, one
+# a line: `base new CANDS... base` with a baseline build (base/), `new CANDS... new-2` without
+# one (main brackets its candidates, cand/<commit>/), nothing with neither.
+bench_rounds() {
+    local here=$1 name=$2 cands=() c
+    for c in "$here"/cand/*/; do
+        [ -x "$c$name" ] && cands+=("$(basename "$c")")
+    done
+    if [ -x "$here/base/$name" ]; then
+        printf '%s\n' base new "${cands[@]}" base
+    elif [ ${#cands[@]} -gt 0 ]; then
+        printf '%s\n' new "${cands[@]}" new-2
+    fi
+}
+
+# run_round DIR ROUND NAME LIMIT: one round of benchmark NAME (a round of bench_rounds) under LIMIT
+# seconds, with that build's commit; its JSON goes to $BENCH_JSON_DIR (new), or to base/, new-2/
+# or cand-<commit>/ inside it.
+run_round() {
+    local here=$1 round=$2 name=$3 limit=$4 binary commit dir
+    case "$round" in
+        base) binary=$here/base/$name commit=$(cat "$here/base/commit" 2>/dev/null || echo unknown) dir=base ;;
+        new) binary=$here/bin/$name commit=$SHAPEPROOF_COMMIT dir=. ;;
+        new-2) binary=$here/bin/$name commit=$SHAPEPROOF_COMMIT dir=new-2 ;;
+        *) binary=$here/cand/$round/$name commit=$round dir=cand-$round ;;
+    esac
+    mkdir -p "$BENCH_JSON_DIR/$dir"
+    SHAPEPROOF_COMMIT=$commit BENCH_JSON_DIR="$BENCH_JSON_DIR/$dir" timeout "$limit" "$binary"
+}

@@ -19,7 +19,8 @@
 #                     $BENCH_JSON_DIR (or ./), the baseline's in its base/ subfolder; a
 #                     bundle's candidates run after new, their JSON in cand-<commit>/ (with
 #                     the FP8 matmul rate, as every round); without a baseline build, new runs
-#                     before and after the candidates (the second run's JSON in new-2/)
+#                     before and after the candidates (the second run's JSON in new-2/);
+#                     each run stopped after COMPARE_LIMIT seconds (default 600)
 #   BENCH_PACK=FILE   (bench, compare) every file of $BENCH_JSON_DIR packed into FILE at the end
 #   PACK_AT=SECONDS   (with BENCH_PACK) also pack what is there after SECONDS, in the background:
 #                     a call stopped at its time limit still returns the JSON written so far
@@ -32,7 +33,7 @@
 # Arguments after the mode go to every test binary (e.g. a test-name filter).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run
+source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run, bench_rounds, run_round
 setup_bundle "$here"  # binaries unpacked, kernel cache, CUDA libraries, commit
 mode=${1:-tests}
 shift || true
@@ -154,44 +155,18 @@ bench() {
 
 compare() {
     export BENCH_JSON_DIR=${BENCH_JSON_DIR:-$PWD}
-    mkdir -p "$BENCH_JSON_DIR/base"
-    local base b old round
-    base=$(cat "$here/base/commit" 2>/dev/null || echo unknown)
+    local b name round rounds
     for b in "$here"/bin/bench_*; do
-        old="$here/base/$(basename "$b")"
-        # Candidates (cand/<commit>/) run between the new build and the last bracketing round,
-        # their JSON in cand-<commit>/.
-        local cands=() cand
-        for cand in "$here"/cand/*/; do
-            [ -x "$cand$(basename "$b")" ] && cands+=("$(basename "$cand")")
-        done
-        local rounds
-        if [ -x "$old" ]; then
-            rounds=(base new "${cands[@]}" base)
-        elif [ ${#cands[@]} -gt 0 ]; then
-            # No baseline build: the new build brackets the candidates (its second run's JSON
-            # in new-2/).
-            rounds=(new "${cands[@]}" new-2)
-        else
-            echo "== $(basename "$b"): no baseline build in base/ and no candidate build" >&2
+        name=$(basename "$b")
+        mapfile -t rounds < <(bench_rounds "$here" "$name")
+        if [ ${#rounds[@]} -eq 0 ]; then
+            echo "== $name: no baseline build in base/ and no candidate build" >&2
             status=1
             continue
         fi
         for round in "${rounds[@]}"; do
-            echo "== $(basename "$b") ($round)"
-            case "$round" in
-                base) SHAPEPROOF_COMMIT=$base BENCH_JSON_DIR="$BENCH_JSON_DIR/base" "$old" || status=1 ;;
-                new) "$b" || status=1 ;;
-                new-2)
-                    mkdir -p "$BENCH_JSON_DIR/new-2"
-                    BENCH_JSON_DIR="$BENCH_JSON_DIR/new-2" "$b" || status=1
-                    ;;
-                *)
-                    mkdir -p "$BENCH_JSON_DIR/cand-$round"
-                    SHAPEPROOF_COMMIT=$round BENCH_JSON_DIR="$BENCH_JSON_DIR/cand-$round" \
-                        "$here/cand/$round/$(basename "$b")" || status=1
-                    ;;
-            esac
+            echo "== $name ($round)"
+            run_round "$here" "$round" "$name" "${COMPARE_LIMIT:-600}" || status=1
         done
     done
 }

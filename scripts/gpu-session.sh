@@ -21,7 +21,7 @@
 # ran. A one-line summary a run is printed at the end of each step.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run
+source "$here/gpu-common.sh"  # setup_bundle, start_run, report_run, bench_rounds, run_round
 budget=${1:?usage: session.sh SECONDS BINARY:TEST [BINARY:TEST ...]}
 shift
 start=$SECONDS
@@ -37,12 +37,11 @@ status=0
     >"$work/gpu.txt" 2>&1
 cat "$work/gpu.txt"
 setup_bundle "$here"
-main_commit=$SHAPEPROOF_COMMIT
 cands=()
 for c in "$here"/cand/*/; do
     [ -d "$c" ] && cands+=("$(basename "$c")")
 done
-echo "main $main_commit, candidates: ${cands[*]:-none}; kernels in the cache: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)"
+echo "main $SHAPEPROOF_COMMIT, candidates: ${cands[*]:-none}; kernels in the cache: $(ls "$SHAPEPROOF_CACHE_DIR" | wc -l)"
 
 # 1. Correctness.
 check_limit=${CHECK_SECONDS:-$((budget * 2 / 5))}
@@ -75,16 +74,15 @@ echo "== correctness done at $((SECONDS - start)) s"
 # 2. The benchmarks with a candidate build: main, each candidate, main again.
 export BENCH_JSON_DIR=$work/bench
 mkdir -p "$BENCH_JSON_DIR"
-timed() {  # $1: log name, $2: JSON folder, $3: commit, the rest: the command
-    local log=$1 dir=$2 commit=$3
-    shift 3
-    mkdir -p "$dir"
+# timed LOG ROUND NAME: one round of benchmark NAME (gpu-common.sh's run_round) within what is
+# left of the budget, its log in LOG.log and its table lines printed.
+timed() {
+    local log=$1 round=$2 name=$3 rc=0
     if [ "$(left)" -le 10 ]; then
         echo "== $log: skipped (time)"
         return
     fi
-    local rc=0
-    SHAPEPROOF_COMMIT=$commit BENCH_JSON_DIR=$dir timeout "$(left)" "$@" >"$work/$log.log" 2>&1 || rc=$?
+    run_round "$here" "$round" "$name" "$(left)" >"$work/$log.log" 2>&1 || rc=$?
     if [ "$rc" != 0 ]; then
         status=1
         echo "== $log: FAILED or stopped at the budget's end (rc $rc); its last lines:"
@@ -95,17 +93,12 @@ timed() {  # $1: log name, $2: JSON folder, $3: commit, the rest: the command
 }
 for b in "$here"/bin/bench_*; do
     name=$(basename "$b")
-    with=()
-    for c in "${cands[@]}"; do
-        [ -x "$here/cand/$c/$name" ] && with+=("$c")
+    mapfile -t rounds < <(bench_rounds "$here" "$name")
+    [ ${#rounds[@]} -gt 0 ] || continue
+    echo "== $name: ${rounds[*]}"
+    for round in "${rounds[@]}"; do
+        timed "$name-$round" "$round" "$name"
     done
-    [ ${#with[@]} -gt 0 ] || continue
-    echo "== $name: main, ${with[*]}, main"
-    timed "$name-main" "$BENCH_JSON_DIR" "$main_commit" "$b"
-    for c in "${with[@]}"; do
-        timed "$name-cand-$c" "$BENCH_JSON_DIR/cand-$c" "$c" "$here/cand/$c/$name"
-    done
-    timed "$name-main-2" "$BENCH_JSON_DIR/new-2" "$main_commit" "$b"
 done
 echo "== candidates timed at $((SECONDS - start)) s"
 # Each candidate beside the mean of main's two runs, record by record (bench/compare.py).
@@ -118,7 +111,7 @@ if grep -q 'H200' "$work/gpu.txt" || [ -n "${RECORDS:-}" ]; then
         name=$(basename "$b")
         compgen -G "$here/cand/*/$name" >/dev/null && continue
         echo "== $name (record)"
-        timed "$name" "$BENCH_JSON_DIR" "$main_commit" "$b"
+        timed "$name" new "$name"
     done
 fi
 echo "== session done at $((SECONDS - start)) s"
