@@ -248,6 +248,55 @@ __device__ __forceinline__ u32 rescale_e4m3x4_f16(u32 w, u32 s2) {
     return (u32)out_lo | ((u32)out_hi << 16);
 }
 
+// Whether a scale is 2^k with k in [-22, 7], the range in which rescale_e4m3x4_pow2 gives the
+// conversions' bytes (bench/harness/e4m3_rescale_model.py checks every byte at every such k).
+__device__ __forceinline__ bool scale_for_pow2_path(float scale) {
+    const u32 bits = __float_as_uint(scale);
+    const u32 e = (bits >> 23) & 0xffu;
+    return (bits & 0x807fffffu) == 0u && e >= 127u - 22u && e <= 127u + 7u;
+}
+
+// 2^(k + 8) as f16 in both halves of an f16x2, for a scale 2^k that scale_for_pow2_path admits.
+__device__ __forceinline__ u32 pow2_path_multiplier(u32 scale_bits) {
+    const u32 e16 = ((scale_bits >> 23) & 0xffu) - 104u;  // (k + 8) + 15
+    return (e16 << 10) * 0x10001u;
+}
+
+// Four e4m3 bytes times 2^k, rounded back to e4m3 as the conversions round them (nearest even,
+// saturating at 448, NaN to 0x7f), off the conversion pipe: integer and f16 arithmetic only
+// (m2: pow2_path_multiplier). Bytes 0 and 2 travel in one f16x2, bytes 1 and 3 in another.
+// - A byte's magnitude bits shifted left by 7 are the f16 bits of |x| * 2^-8, subnormals
+//   included (a NaN's, 0x7f, are those of 1.875; every other magnitude is at most 1.75).
+// - fma(|x| * 2^-8, 2^(k + 8), 2) is |x| * 2^k + 2 rounded once: |x| * 2^k has at most four
+//   significant bits, so only values below e4m3's smallest normal (2^-6) lose bits, at the e4m3
+//   grid's step there (2^-9), which is the f16 step in [2, 4): nearest even on both.
+// - min(., 450) saturates at 448 + 2; fma(., 2^-8, -2^-7) is the grid value times 2^-8, exact,
+//   and its f16 bits shifted right by 7 are the byte's magnitude.
+// - max(., fma(|x| * 2^-8, 15, -26.25)) is 1.875 (magnitude 0x7f) for a NaN and changes nothing
+//   else (the second operand is at most 0 there); the sign comes back from the input but for
+//   a NaN, which comes out positive.
+__device__ __forceinline__ u32 rescale_e4m3x4_pow2(u32 w, u32 m2) {
+    const u32 even = (w << 7) & 0x3f803f80u;  // bytes 0 and 2 as f16 of |x| * 2^-8
+    const u32 odd = (w >> 1) & 0x3f803f80u;   // bytes 1 and 3
+    u32 e, o, ne, no;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(e) : "r"(even), "r"(m2), "r"(0x40004000u));  // + 2
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(o) : "r"(odd), "r"(m2), "r"(0x40004000u));
+    asm("min.f16x2 %0, %0, %1;" : "+r"(e) : "r"(0x5f085f08u));  // 450
+    asm("min.f16x2 %0, %0, %1;" : "+r"(o) : "r"(0x5f085f08u));
+    // * 2^-8 - 2^-7
+    asm("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(e) : "r"(0x1c001c00u), "r"(0xa000a000u));
+    asm("fma.rn.f16x2 %0, %0, %1, %2;" : "+r"(o) : "r"(0x1c001c00u), "r"(0xa000a000u));
+    // * 15 - 26.25
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(ne) : "r"(even), "r"(0x4b804b80u), "r"(0xce90ce90u));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(no) : "r"(odd), "r"(0x4b804b80u), "r"(0xce90ce90u));
+    asm("max.f16x2 %0, %0, %1;" : "+r"(e) : "r"(ne));
+    asm("max.f16x2 %0, %0, %1;" : "+r"(o) : "r"(no));
+    const u32 mag = (e >> 7) + (o << 1);  // the four magnitudes (the fields do not overlap)
+    // A magnitude of 0x7f (a NaN) carries into its sign bit when 1 is added; no other does.
+    const u32 sign = w & ~(mag + 0x01010101u) & 0x80808080u;
+    return mag | sign;
+}
+
 // The same in f32 (the gather's own arithmetic), for any scale.
 __device__ __forceinline__ u32 rescale_e4m3x4_f32(u32 w, float s) {
     float a, b, c, d;
@@ -276,31 +325,61 @@ __device__ __forceinline__ void st_shared_v4(u32 addr, uint4 v) {
 // 0 … 32767 of the slot: 8 columns of 64 tokens x 64 bytes) in place: the 16-byte chunks at
 // 16 ct + 2048 k, k = 0 … 15, i.e. column k / 2 (scale group k / 4) of token ct / 4 + 32 (k % 2).
 // Consecutive threads touch consecutive chunks (no bank conflicts). An invalid row was
-// zero-filled with zero scales and stays zero.
+// zero-filled with zero scales and stays zero. The conversion pipe bounds this (four
+// conversions a word on the f16 path), so with the scales the store writes (powers of two) the
+// first word of each chunk takes rescale_e4m3x4_pow2 instead, on the integer and f16 pipes: a
+// quarter of the words balances the conversion pipe against the instructions issued.
+// kPath: 0 f32 (any scale), 1 f16 (scale_exact_in_f16), 2 f16 and the first kPow2Words words
+// of each chunk on the pow2 path (scale_for_pow2_path); one loop a path, so no chunk issues both.
+constexpr int kPow2Words = 1;  // of a chunk's 4: a quarter balances the pipes (bench/NOTES.md)
+template <int kPath>
+__device__ __forceinline__ void convert_chunks(u32 k_slot, const u32 (&sc)[8], int ct) {
+    // One scale group a round (chunks 4 g … 4 g + 3), its two tokens' scales picked by selects
+    // (a run-time index into sc would put it in local memory); not unrolled: unrolled, the
+    // pow2 path's registers spill in the paged prefill.
+#pragma unroll 1
+    for (int g = 0; g < 4; ++g) {
+        const u32 sg0 = g == 0 ? sc[0] : g == 1 ? sc[1] : g == 2 ? sc[2] : sc[3];  // token ct / 4
+        const u32 sg1 = g == 0 ? sc[4] : g == 1 ? sc[5] : g == 2 ? sc[6] : sc[7];  // ct / 4 + 32
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 addr = k_slot + (u32)(16 * ct + 2048 * (4 * g + i));
+            const u32 sb = i & 1 ? sg1 : sg0;
+            const float s = __uint_as_float(sb);
+            uint4 v = ld_shared_v4(addr);
+            if constexpr (kPath == 0) {
+                v = make_uint4(rescale_e4m3x4_f32(v.x, s), rescale_e4m3x4_f32(v.y, s),
+                               rescale_e4m3x4_f32(v.z, s), rescale_e4m3x4_f32(v.w, s));
+            } else {
+                u16 h;
+                asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(s));
+                const u32 s2 = (u32)h * 0x10001u;
+                u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    w[j] = kPath == 2 && j < kPow2Words ? rescale_e4m3x4_pow2(w[j], pow2_path_multiplier(sb))
+                                                        : rescale_e4m3x4_f16(w[j], s2);
+                }
+                v = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+            st_shared_v4(addr, v);
+        }
+    }
+}
+
 __device__ __forceinline__ void convert_latent(u32 k_slot, u32 scales, int ct) {
     const uint4 lo = ld_shared_v4(scales + (u32)(ct >> 2) * 16);          // token ct / 4
     const uint4 hi = ld_shared_v4(scales + (u32)((ct >> 2) + 32) * 16);   // token ct / 4 + 32
     const u32 sc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // [token][group]
-    bool f16 = true;
+    bool f16 = true, pow2 = true;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) f16 &= scale_exact_in_f16(__uint_as_float(sc[i]));
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-        const u32 addr = k_slot + (u32)(16 * ct + 2048 * k);
-        const float s = __uint_as_float(sc[4 * (k & 1) + (k >> 2)]);
-        uint4 v = ld_shared_v4(addr);
-        if (f16) {
-            u16 h;
-            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(s));
-            const u32 s2 = (u32)h * 0x10001u;
-            v = make_uint4(rescale_e4m3x4_f16(v.x, s2), rescale_e4m3x4_f16(v.y, s2),
-                           rescale_e4m3x4_f16(v.z, s2), rescale_e4m3x4_f16(v.w, s2));
-        } else {
-            v = make_uint4(rescale_e4m3x4_f32(v.x, s), rescale_e4m3x4_f32(v.y, s),
-                           rescale_e4m3x4_f32(v.z, s), rescale_e4m3x4_f32(v.w, s));
-        }
-        st_shared_v4(addr, v);
+    for (int i = 0; i < 8; ++i) {
+        f16 &= scale_exact_in_f16(__uint_as_float(sc[i]));
+        pow2 &= scale_for_pow2_path(__uint_as_float(sc[i]));  // (implies f16)
     }
+    if (pow2) convert_chunks<2>(k_slot, sc, ct);
+    else if (f16) convert_chunks<1>(k_slot, sc, ct);
+    else convert_chunks<0>(k_slot, sc, ct);
 }
 
 // ---- PAGED: a K slot's RoPE column (column 8), written by its owner warpgroup -------------

@@ -44,6 +44,8 @@ python3 bench/harness/indexer_protocol.py
 # The top-k's cluster: histogram copies and counts read across CTAs (racecheck does not see
 # another CTA's shared memory).
 python3 bench/harness/topk_cluster_protocol.py
+# The paged prefill's e4m3 rescale without conversions, against the encoder, every byte and scale.
+python3 bench/harness/e4m3_rescale_model.py
 # The indexer's selection (loose and exact cuts, the bitmap row) against the exact top-k.
 python3 bench/harness/indexer_selection_model.py
 # bench/RESULTS.md's tables are what bench/render.py makes of the committed run of record.

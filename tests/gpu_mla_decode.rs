@@ -659,12 +659,23 @@ fn a_recorded_step_through_the_prefill_replays_to_the_direct_steps_bytes() {
     assert_replayed_bytes(&g, &out, &lse, &want_out, &want_lse);
 }
 
+/// The group scales of a test cache (`hostile_cache_bytes`).
+#[derive(Clone, Copy)]
+enum CacheScales {
+    /// Every kind a hostile buffer can hold: the store's powers of two (2^-24 … 2^15, the paged
+    /// kernel's f16 arithmetic), and what it must take in f32 — powers from 2^16 up, scales
+    /// that are not powers of two, zero and an f32 subnormal.
+    Hostile,
+    /// Powers of two from 2^-22 to 2^7 only (what the store writes for values up to 2^15), so
+    /// every thread of the paged kernel's latent conversion whose two tokens are valid takes
+    /// its conversion-free path (an invalid slot's row has zero scales: the f16 path).
+    StorePowersOfTwo,
+}
+
 /// A cache of `pages` pages of random bytes: finite e4m3 latent values (NaN bytes remapped),
-/// RoPE values normal and up to ±600 (the e4m3 cast saturates some), and group scales of every
-/// kind a hostile buffer can hold: the store's powers of two (2^-24 … 2^15, the paged kernel's
-/// f16 arithmetic), and what it must take in f32 — powers from 2^16 up, scales that are not
-/// powers of two, zero and an f32 subnormal.
-fn hostile_cache_bytes(rng: &mut impl Rng, pages: usize) -> Vec<u8> {
+/// RoPE values normal and up to ±600 (the e4m3 cast saturates some), and group scales as
+/// `scales` says.
+fn hostile_cache_bytes(rng: &mut impl Rng, pages: usize, scales: CacheScales) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..pages * 64 * 656).map(|_| rng.random()).collect();
     for row in bytes.chunks_exact_mut(656) {
         for b in &mut row[..512] {
@@ -673,11 +684,12 @@ fn hostile_cache_bytes(rng: &mut impl Rng, pages: usize) -> Vec<u8> {
             }
         }
         for g in 0..4 {
-            let scale: f32 = match rng.random_range(0..10) {
-                0 => 0.0,
-                1 => f32::from_bits(rng.random_range(1..0x0080_0000)),
-                2 => 1.37 * 2f32.powi(rng.random_range(-20..4)),
-                3 => 2f32.powi(rng.random_range(16..24)),
+            let scale: f32 = match (scales, rng.random_range(0..10)) {
+                (CacheScales::StorePowersOfTwo, _) => 2f32.powi(rng.random_range(-22..=7)),
+                (_, 0) => 0.0,
+                (_, 1) => f32::from_bits(rng.random_range(1..0x0080_0000)),
+                (_, 2) => 1.37 * 2f32.powi(rng.random_range(-20..4)),
+                (_, 3) => 2f32.powi(rng.random_range(16..24)),
                 _ => 2f32.powi(rng.random_range(-24..16)),
             };
             row[512 + 4 * g..516 + 4 * g].copy_from_slice(&scale.to_le_bytes());
@@ -700,6 +712,24 @@ fn hostile_cache_bytes(rng: &mut impl Rng, pages: usize) -> Vec<u8> {
 /// repeated slots and every row-length case; outputs poisoned before both runs.
 #[test]
 fn the_paged_prefill_reads_the_values_the_gather_writes() {
+    paged_prefill_against_the_gather(
+        "the_paged_prefill_reads_the_values_the_gather_writes",
+        CacheScales::Hostile,
+    );
+}
+
+/// The same with the store's powers of two only: every thread whose tokens are valid takes the
+/// conversion-free path for a quarter of its words (hostile latent bytes, every scale it
+/// admits), still bit for bit the gather's.
+#[test]
+fn the_paged_prefill_reads_the_gathers_values_at_the_stores_scales() {
+    paged_prefill_against_the_gather(
+        "the_paged_prefill_reads_the_gathers_values_at_the_stores_scales",
+        CacheScales::StorePowersOfTwo,
+    );
+}
+
+fn paged_prefill_against_the_gather(name: &str, scales: CacheScales) {
     use shapeproof::backend::Backend;
     use shapeproof::dtype::{F8E4M3, e4m3_from_f32};
     use shapeproof::layout::MlaLatentKv;
@@ -708,10 +738,10 @@ fn the_paged_prefill_reads_the_values_the_gather_writes() {
     const H: usize = 128;
     const TOPK: usize = 512;
     let g = gpu();
-    let mut rng = common::rng("the_paged_prefill_reads_the_values_the_gather_writes");
+    let mut rng = common::rng(name);
     let (pages, rows) = (8, 7);
     let slots = pages * 64;
-    let bytes = hostile_cache_bytes(&mut rng, pages);
+    let bytes = hostile_cache_bytes(&mut rng, pages, scales);
     let cache = DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), pages).unwrap();
     let q = common::bf16_normal(&mut rng, rows * H * MLA_CACHE_DIM, 0.0, 1.0);
     let (indices, lengths) = prefill_step_indices(&mut rng, rows, TOPK, slots);
