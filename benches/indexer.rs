@@ -48,7 +48,8 @@ fn e4m3_bytes(rng: &mut StdRng, n: usize) -> Vec<F8E4M3> {
 
 /// The prefill CTA without the selection (`lightning_indexer_kernel<H, TOPK, true>`): the
 /// product, head sums and scales of every key, each thread's largest logit written as bits into
-/// `indices`, no admission, vote, cut or sort. Timed beside the fused kernel, it is the "logits
+/// `indices`, no admission, vote, cut or sort, the key blocks in the fused kernel's order (its
+/// sample's blocks first). Timed beside the fused kernel, it is the "logits
 /// alone" the fused kernel's time is read against; the library never launches it.
 struct LogitsAlone<const H: usize, const TOPK: usize>;
 

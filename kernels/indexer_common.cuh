@@ -15,8 +15,9 @@
 // CAP = TOPK + max(TOPK / 2, 128) (ordered key, position) pairs in shared memory. A logit is
 // admitted when it beats the token's threshold; when a buffer could overflow on the next blocks
 // it is cut (cut_to_topk: loosely while keys arrive, exactly at the end) and the threshold rises.
-// Keys arrive in ascending position, so after an exact cut a logit equal to the threshold (the
-// TOPK-th best) can never win a tie: admission is strictly greater. The row is written in
+// A threshold is a key and a tie position: after an exact cut a logit equal to the worst kept
+// key wins only from a lower position than that one's (keys may arrive out of position order:
+// the prefill samples every 8th block first, indexer_ws.cuh). The row is written in
 // ascending position from a bitmap of the selected positions (write_sorted_row).
 //
 // Ordering: a logit maps to a u32 that orders like the float (-0 below +0); NaN counts as -inf.
@@ -176,22 +177,30 @@ __device__ __forceinline__ u32 kth_largest(const u32 (&v)[E], const bool (&live)
     return prefix;
 }
 
-// Cuts a token's candidates (n of them, n > TOPK) in place, and returns the admission threshold
-// that follows (a later logit is admitted when its key is greater). Every thread of the
-// warpgroup calls it.
-// - Exact (LOOSE false): exactly the TOPK best remain (`kept` = TOPK); the threshold is the
-//   TOPK-th best key: a later logit equal to it loses the tie to every kept one.
+// Cuts a token's candidates (n of them, n > rank) in place to the `rank` best (rank <= TOPK: less
+// while the prefill's sample blocks arrive, indexer_ws.cuh), and returns the admission threshold
+// that follows: a later logit with order key `key` at position s is admitted when
+// key > threshold, or key == threshold and s < `tie`. Every thread of the warpgroup calls it.
+// - Exact (LOOSE false): exactly the `rank` best remain (`kept` = rank); the threshold is the
+//   worst kept one (the rank-th best key; `tie` the highest position kept at that key, or
+//   INT_MAX when every candidate at that key was kept): a later logit must beat it.
 // - Loose (LOOSE true, a cut while keys still arrive): every candidate whose key is at least a
-//   prefix of the TOPK-th best remains, once at most TOPK + SLACK of them do; the threshold
-//   admits keys from that prefix on. Nothing that can still be among the TOPK best is dropped
-//   (at least TOPK kept keys beat anything below the prefix), and the descent stops as soon as
-//   the prefix is that narrow (about half the counts of an exact cut). Where equal keys keep
-//   more than TOPK + SLACK in the running, the cut is exact.
+//   prefix of the rank-th best remains, once at most rank + slack of them do; the threshold
+//   admits keys from that prefix on (`tie` 0). Nothing that can still be among the rank best is
+//   dropped (at least rank kept keys beat anything below the prefix), and the descent stops as
+//   soon as the prefix is that narrow (about half the counts of an exact cut). Where equal keys
+//   keep more than rank + slack in the running, the cut is exact.
+// Everything a cut drops is below its threshold and everything it keeps is at or above it, so
+// keys may arrive in any order of position (the prefill's sample blocks come first).
 template <int CAP, int TOPK, bool LOOSE = false>
-__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, const Group& grp, int& kept) {
+__device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int rank, int* red, int& parity, const Group& grp, int& kept,
+                           i32& tie, int keep_ties_within = 0) {
     constexpr int E = (CAP + kThreads - 1) / kThreads;
     // What a loose cut may keep beyond TOPK: a quarter of the room a cut leaves for two blocks.
     constexpr int SLACK = (CAP - 2 * kBlock - TOPK) / 4;
+    // Below TOPK (a sample's rank) an eighth of the rank at most: the threshold after the sample
+    // sets how many keys the rest of the range admits.
+    const int slack = min(SLACK, rank / 8);
     u32 k[E];
     i32 p[E];
     bool live[E];
@@ -203,8 +212,8 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         p[e] = live[e] ? pos[i] : 0;
     }
     int at = n;
-    const u32 tau = kth_largest<E>(k, live, TOPK, red, parity, grp, at, LOOSE ? TOPK + SLACK : 0);
-    const bool loose = LOOSE && at <= TOPK + SLACK;  // uniform
+    const u32 tau = kth_largest<E>(k, live, rank, red, parity, grp, at, LOOSE ? rank + slack : 0);
+    const bool loose = LOOSE && at <= rank + slack;  // uniform
     int gt = 0, eq = 0;
     if (!loose) {
 #pragma unroll
@@ -215,9 +224,14 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         gt = block_sum(gt, red, parity, grp);
         eq = block_sum(eq, red, parity, grp);
     }
-    const int need = TOPK - gt;  // ties at tau to keep: the lowest positions
+    // Where ties at tau keep more than rank + slack but every candidate at or above tau fits in
+    // `keep_ties_within`, all of them stay and the threshold admits keys from tau on (as a loose
+    // cut's): a sample's cut then leaves the rest of a row of equal keys no reason to be redone.
+    const bool from_tau = loose || gt + eq <= keep_ties_within;  // uniform
+    if (!loose && from_tau) at = gt + eq;
+    const int need = rank - gt;  // ties at tau to keep: the lowest positions
     u32 tie_cut = 0;             // keep a tie when ~position >= tie_cut
-    if (!loose && eq > need) {
+    if (!from_tau && eq > need) {
         u32 inv[E];
         bool tie[E];
 #pragma unroll
@@ -233,7 +247,7 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
     int mine = 0;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-        keep[e] = live[e] && (loose ? k[e] >= tau : k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
+        keep[e] = live[e] && (from_tau ? k[e] >= tau : k[e] > tau || (k[e] == tau && ~(u32)p[e] >= tie_cut));
         mine += keep[e] ? 1 : 0;
     }
     // (The scan's barrier also keeps every thread's reads of its entries ahead of the writes.)
@@ -247,8 +261,10 @@ __device__ u32 cut_to_topk(u32* keys, i32* pos, int n, int* red, int& parity, co
         }
     }
     grp.sync();
-    kept = loose ? at : TOPK;
-    return loose ? (tau > 0u ? tau - 1u : 0u) : tau;
+    kept = from_tau ? at : rank;
+    // Exact: the worst kept tie is at position ~tie_cut (the highest of the `need` lowest).
+    tie = from_tau ? 0 : eq > need ? (i32) ~tie_cut : 0x7fffffff;
+    return from_tau ? (tau > 0u ? tau - 1u : 0u) : tau;
 }
 
 __host__ __device__ constexpr int pow2_at_least(int n) {

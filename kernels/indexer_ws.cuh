@@ -8,8 +8,10 @@
 // tokens (its own Q tile, candidates and counters), run the product, sums and admissions on
 // every block and release the stage. A warpgroup agrees on a cut with one barrier every second
 // block (`bar.red.or` of "my admission could overflow the next two blocks"), and its collective
-// steps use its own named barrier, so no warpgroup waits for another. The protocol is
-// model-checked by bench/harness/indexer_protocol.py (one to three consumer warpgroups).
+// steps use its own named barrier, so no warpgroup waits for another (but at the end of the
+// first pass, where a sample misled a token: below). The protocol is
+// model-checked by bench/harness/indexer_protocol.py (one to three consumer warpgroups, the
+// end-of-pass barrier and the second pass included).
 //
 // The prefill launches two consumer warpgroups over rows of keys at 64 heads (four tokens a
 // CTA, one CTA an SM) and three at 32 (six tokens: a warpgroup's product is half as large there,
@@ -24,6 +26,8 @@
 //   static constexpr bool kBulkScales   whether a block's 64 scales are contiguous and 16-byte
 //                                aligned (one bulk copy by the producer's lane 0, with kTma)
 //                                or 4-byte cp.async copies by its 32 lanes
+//   static constexpr int kSampleStride   F: with F > 1 every F-th block arrives first and the
+//                                selection speculates from it (below); 1: ascending order
 //   const void* tensor_map()     the tensor map of the key rows (kTma only)
 //   bool box(first, y, z)        the box of the block at `first` (kTma only); false: none
 //   int row(g)                   query row of the CTA's token g (0 .. 2 WGS - 1), -1 for none
@@ -62,7 +66,7 @@ static_assert(2 * (kThreads * 200 + kThreads * kWsProducerRegs) <= 65536,
 // `indexer_smem_bytes` (one) in src/ops/indexer/cuda.rs.
 __host__ __device__ constexpr int ws_smem_bytes(int heads, int topk, int wgs) {
     return 2 * wgs * heads * kD + ws_stages(wgs) * kStageBytes + 2 * wgs * heads * 4 +
-           2 * wgs * cap_for(topk) * 8 + 2 * ws_stages(wgs) * 8 + (wgs == 3 ? 256 : 128);
+           2 * wgs * cap_for(topk) * 8 + 2 * ws_stages(wgs) * 8 + (wgs >= 2 ? 256 : 128);
 }
 }  // namespace indexer
 
@@ -92,16 +96,22 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     float* ss = (float*)(sk + S * kBlockBytes);                // [S][64 scales]
     float* sw = ss + S * kBlock;                               // [TOKENS, H_IDX]
     u32* cand = (u32*)(sw + WGS * N);                         // [TOKENS][CAP | CAP]
-    u64* bars = (u64*)(cand + TOKENS * 2 * CAP);       // full [S], empty [S]
-    int* count = (int*)(bars + 2 * S);                         // [TOKENS]
+    u64* bars = (u64*)(cand + TOKENS * 2 * CAP);       // full [S], empty [S], decided
+    int* count = (int*)(bars + 2 * S + 1);                     // [TOKENS]
     u32* tau = (u32*)(count + TOKENS);                 // [TOKENS]
-    int* red_all = (int*)(tau + TOKENS);               // [WGS][2][4] scratch
+    i32* tie = (i32*)(tau + TOKENS);                   // [TOKENS]
+    int* srank = (int*)(tie + TOKENS);                 // [TOKENS] sample ranks (0: none)
+    int* red_all = srank + TOKENS;                     // [WGS][2][4] scratch
+    int* stage_first = red_all + WGS * 8;              // [S]: the first position of a stage's block
+    int* second_pass = stage_first + S;                // the consumers' decision, for the producer
     static_assert(ws_smem_bytes(H_IDX, TOPK, WGS) >=
                       WGS * N * kD + S * kStageBytes + WGS * N * 4 + TOKENS * CAP * 8 +
-                          2 * S * 8 + (2 * TOKENS + WGS * 8) * 4,
+                          (2 * S + 1) * 8 + (4 * TOKENS + WGS * 8 + S + 1) * 4,
                   "shared-memory formula covers the layout");
     auto full_bar = [&](int s) { return smem_addr(bars + s); };
     auto empty_bar = [&](int s) { return smem_addr(bars + S + s); };
+    // With a sample: the consumers' decision on a second pass is in `second_pass`.
+    const u32 decided_bar = smem_addr(bars + 2 * S);
 
     const int tid = threadIdx.x;
     const int wg = tid / kThreads;  // 0 .. WGS - 1: consumers; WGS: the producer (its first warp)
@@ -120,13 +130,40 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         }
     }
     const int blocks = hi > lo ? (hi - lo + kBlock - 1) / kBlock : 0;
+    // The order blocks arrive in. With a sample stride F > 1 (the prefill's selection): every
+    // F-th block first (the sample: `sampled` blocks), then the others in ascending order; block
+    // numbers `blocks` .. 2 blocks - 1 are a second pass in ascending order, streamed only when
+    // a token's sample misled it (below). The block at number b starts at position
+    // lo + 64 block_at(b). The logits alone (LOGITS_ONLY, the benchmark's baseline) stream in
+    // the same order without the selection, so both time the same memory traffic.
+    constexpr int F = Keys::kSampleStride;
+    constexpr bool kSample = F > 1 && !LOGITS_ONLY;
+    const int strided = F > 1 ? (blocks + F - 1) / F : 0;  // blocks 0, F, 2F, ...
+    auto block_at = [&](int b) {
+        if (b >= blocks) return b - blocks;
+        if (F == 1) return b;
+        if (b < strided) return b * F;
+        const int j = b - strided;
+        return j / (F - 1) * F + j % (F - 1) + 1;
+    };
+    // The sample: the first `sampled` blocks of that order, the strided ones and (to end on a
+    // block number that votes: every second one, and the last) block 1 when their count is odd.
+    const int sampled = min(blocks, (strided + 1) & ~1);
+    // With a sample, the consumer warpgroups meet on this barrier when the first pass ends, to
+    // agree on a second (the OR of their misled tokens); one thread then writes the decision to
+    // `second_pass` and arrives on `decided_bar`, which the producer warp waits on. (The producer
+    // does not join the barrier: threads meeting on one named barrier from different
+    // instructions fail synccheck as divergent, although the hardware allows it.)
+    constexpr int kEndBar = 1 + WGS;
 
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            // The producer's lanes (and its TMA issue), or its lane 0 alone (every copy bulk).
-            mbar_init(full_bar(s), Keys::kBulkScales ? 1 : 32 + Keys::kTma);
+            // The producer's lanes' copies and lane 0's arrival (after its TMA issue and its
+            // write of the stage's first position), or lane 0 alone (every copy bulk).
+            mbar_init(full_bar(s), Keys::kBulkScales ? 1 : 32 + 1);
             mbar_init(empty_bar(s), WGS * kThreads);  // every consumer thread
         }
+        mbar_init(decided_bar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();  // the last CTA-wide barrier: the roles part here
@@ -156,13 +193,26 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         // 4-byte aligned), rows past the union zero-filled without a read; the full barrier
         // waits for the 32 lanes' copies (and the TMA's bytes).
         const int lane = tid & 31;
-        if (Keys::kBulkScales && lane != 0) return;  // lane 0 alone issues every copy
+        // Lane 0 alone issues every copy; with a sample the other lanes skip every block (and
+        // each waits for the consumers' decision at the end of the first pass).
+        if (Keys::kBulkScales && !kSample && lane != 0) return;
         const int lane_src = (lane & 7) * kD + (lane >> 3) * 16;
         const u32 lane_dst = (lane >> 3) * 128 + (lane & 7) * 16;
-        for (int b = 0; b < blocks; ++b) {
+        int total = blocks;  // 2 blocks once a second pass is asked for
+        for (int b = 0;; ++b) {
+            if (kSample && b == blocks) {
+                // The end of the first pass: the consumers say whether a token needs a second
+                // (written by one thread before its arrival, read after the wait: the mbarrier
+                // orders them).
+                mbar_wait(decided_bar, 0u);
+                if (*(volatile int*)second_pass) total = 2 * blocks;
+            }
+            if (b >= total) break;
+            if (Keys::kBulkScales && lane != 0) continue;  // (never waits: no parity to fall behind)
             const int st = b % S;
             if (b >= S) mbar_wait(empty_bar(st), (u32)(b / S - 1) & 1u);
-            const int first = lo + b * kBlock;
+            const int first = lo + block_at(b) * kBlock;
+            if (lane == 0) stage_first[st] = first;  // published by the full barrier's arrival
             const u32 rows = smem_addr(sk + st * kBlockBytes);
             const u32 scales = smem_addr(ss + st * kBlock);
             const u8* kb;
@@ -209,6 +259,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
                                     valid ? 16u : 0u);
                     }
                 }
+                if (lane == 0) mbar_arrive(full_bar(st));  // releases stage_first[st]
             }
             if (whole) {
 #pragma unroll
@@ -244,12 +295,40 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     u32* my_cand = cand + wg * kTokens * 2 * CAP;
     int* my_count = count + wg * kTokens;
     u32* my_tau = tau + wg * kTokens;
+    i32* my_tie = tie + wg * kTokens;
+    int* my_srank = srank + wg * kTokens;
     int* red = red_all + wg * 8;
     auto cand_key = [&](int g) { return my_cand + g * 2 * CAP; };
     auto cand_pos = [&](int g) { return (i32*)(my_cand + g * 2 * CAP + CAP); };
     static_assert(kTokens == 2, "row_of selects between two tokens");
     const int row0 = keys.row(2 * wg), row1 = keys.row(2 * wg + 1);
     auto row_of = [&](int g) { return g == 0 ? row0 : row1; };
+
+    // The sample's rank for token g (0: the token does not speculate). With a sample, a token
+    // whose range is longer than a buffer holds selects, while the sample blocks arrive, only
+    // the `rank` best of its positions in them: about the share TOPK is of its range, plus a
+    // margin of four standard deviations and 8. After the sample its threshold admits only
+    // what beats that rank-th best, so the other blocks admit about TOPK keys instead of
+    // TOPK (1 + ln(range / TOPK)), and a buffer is cut about once instead of every ~TOPK / 2
+    // admissions. The sample was right when at least TOPK candidates remain at the end: the
+    // threshold never fell and everything dropped lies below it, so the exact TOPK best are
+    // among them. Otherwise (rare: scores that peak on the sample's blocks) the token is
+    // selected again in a second pass without a sample. Uniform over the warpgroup.
+    auto sample_rank = [&](int g) {
+        if (!kSample || row_of(g) < 0) return 0;
+        int a, b;
+        keys.range(2 * wg + g, a, b);
+        const int n = b - a;
+        if (n <= CAP - 2 * kBlock) return 0;  // every key fits: no cut would run
+        // Positions of [lo, x) in strided blocks (every F-th 64-position block from lo).
+        auto in_strided = [&](int x) { return (x - lo) / (F * kBlock) * kBlock + min((x - lo) % (F * kBlock), kBlock); };
+        // The token's positions in the sample: the strided blocks' and, when it joined, block 1's.
+        const int m = in_strided(b) - in_strided(a) +
+                      (sampled > strided ? max(0, min(b, lo + 2 * kBlock) - max(a, lo + kBlock)) : 0);
+        const int r0 = (int)((i64)TOPK * m / n);
+        const int rank = r0 + 4 * (int)sqrtf((float)r0) + 8;
+        return 2 * rank <= m ? min(rank, TOPK) : 0;  // a sample that keeps half or more saves nothing
+    };
 
     // Q rows r = g * H_IDX + h into the canonical layout (a missing token's rows are zeros),
     // the head weights, the counters.
@@ -267,6 +346,8 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
     if (gt < kTokens) {
         my_count[gt] = 0;
         my_tau[gt] = 0u;  // below every order key: admit everything until the first cut
+        my_tie[gt] = 0;
+        my_srank[gt] = sample_rank(gt);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     grp.sync();  // the Q tile, weights and counters are in place for the whole warpgroup
@@ -284,9 +365,10 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) w_of[j] = *(const float2*)(my_w + 8 * j + 2 * quad);
     }
-    auto weight = [&](int j) {
-        if constexpr (kWeightsInRegisters) return w_of[j];
-        else return *(const float2*)(my_w + 8 * j + 2 * quad);
+    // (`in_registers`: a compile-time constant at every call: false in the second pass.)
+    auto weight = [&](bool in_registers, int j) {
+        if (kWeightsInRegisters && in_registers) return w_of[kWeightsInRegisters ? j : 0];
+        return *(const float2*)(my_w + 8 * j + 2 * quad);
     };
     const int my_g = quad >> 1, my_half = quad & 1;
     int my_lo = 0, my_hi = 0;
@@ -302,15 +384,18 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         issue_block_product<kAcc, Keys::kTma>(acc, smem_addr(sk + st * kBlockBytes), smem_addr(my_q));
     };
     // The tokens' thresholds, in registers: they change only in a cut, after which every thread
-    // reads them again.
+    // reads them again. A key is admitted when it beats (threshold, tie): key > threshold, or
+    // key == threshold at a position below tie (read from shared memory: only an equal key reads
+    // it, and equal keys are few but for logits of exactly 0, where every head sum is negative).
     u32 tau_reg[kTokens] = {0u, 0u};
     // Whether an admission since the last vote left a buffer without room for two blocks.
     bool pending_full = false;
     float best_logit = -pos_inf();  // LOGITS_ONLY: the largest logit this thread computed
-    // Block b's head sums from acc (its product is complete), its admissions and the stage's
-    // release; with `vote` (every second block, and the last), the warpgroup's vote on a cut and
-    // the cuts it calls for. A vote leaves room for two blocks: CAP - 2 * kBlock >= TOPK.
-    auto consume = [&](float (&acc)[kAcc], int b, bool vote) {
+    // Block number b's head sums from acc (its product is complete), its admissions and the
+    // stage's release; with `vote` (every second block, the last, and the sample's last), the
+    // warpgroup's vote on a cut and the cuts it calls for. A vote leaves room for two blocks:
+    // CAP - 2 * kBlock >= TOPK.
+    auto consume = [&](bool weights_in_registers, float (&acc)[kAcc], int b, bool vote) {
         fence_regs(acc);
         // Two independent partial sums a (token, row), over alternate column groups: half the
         // dependent chain.
@@ -320,7 +405,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
             const int g = (8 * j) / H_IDX;
-            const float2 w = weight(j);
+            const float2 w = weight(weights_in_registers, j);
             // One fused multiply-add a head (a sum of products would cost a multiply and an add).
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 0], 0.f), w.x, part[g][0][j & 1]);
             part[g][0][j & 1] = fmaf(fmaxf(acc[4 * j + 1], 0.f), w.y, part[g][0][j & 1]);
@@ -339,7 +424,7 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         }
         const float mine = quad == 0 ? sum[0][0] : quad == 1 ? sum[0][1] : quad == 2 ? sum[1][0] : sum[1][1];
         const int row = warp * 16 + (lane >> 2) + 8 * my_half;
-        const int s = lo + b * kBlock + row;
+        const int s = stage_first[b % S] + row;
         const float scale = ss[(b % S) * kBlock + row];
         mbar_arrive(empty_bar(b % S));  // the product and the scale are read: the stage is free
         if constexpr (LOGITS_ONLY) {
@@ -348,7 +433,8 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         }
         if (s >= my_lo && s < my_hi && keys.present(s)) {
             const u32 key = order_key(mine * scale);
-            if (key > (my_g ? tau_reg[1] : tau_reg[0])) {
+            const u32 tr = my_g ? tau_reg[1] : tau_reg[0];
+            if (key > tr || (key == tr && s < my_tie[my_g])) {
                 const int at = atomicAdd(my_count + my_g, 1);
                 cand_key(my_g)[at] = key;
                 cand_pos(my_g)[at] = s;
@@ -357,19 +443,33 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         }
         if (!vote) return;
         // The vote: one barrier every second block. Then (rare) every thread reads the same
-        // counts, and the cuts end in a barrier before the next block's admissions.
-        const bool cut_any = named_barrier_any(grp.bar, kThreads, pending_full);
+        // counts, and the cuts end in a barrier before the next block's admissions. At the
+        // sample's last block (a block that votes) every thread takes the cut path: a
+        // speculating token is cut to its sample rank there.
+        const bool sample_end = kSample && b == sampled - 1;  // uniform
+        const bool cut_any = named_barrier_any(grp.bar, kThreads, pending_full || sample_end);
         pending_full = false;
         if (cut_any) {
 #pragma unroll
             for (int g = 0; g < kTokens; ++g) {
                 const int n = my_count[g];
-                if (n > CAP - 2 * kBlock) {
+                const int sr = kSample && b < sampled ? my_srank[g] : 0;
+                const int rank = sr > 0 ? sr : TOPK;
+                if (n > CAP - 2 * kBlock || (sample_end && sr > 0 && n > sr)) {
                     int kept;
-                    const u32 cut = cut_to_topk<CAP, TOPK, true>(cand_key(g), cand_pos(g), n, red, parity, grp, kept);
+                    i32 cut_tie;
+                    // A sample's last cut keeps a class of equal keys whole where the buffer holds
+                    // it with room for two blocks (else a row of equal keys would be redone).
+                    const int keep_ties = sample_end && sr > 0 ? CAP - 2 * kBlock : 0;
+                    const u32 cut = cut_to_topk<CAP, TOPK, true>(cand_key(g), cand_pos(g), n, rank, red, parity, grp,
+                                                                 kept, cut_tie, keep_ties);
                     if (gt == 0) {
                         my_count[g] = kept;
-                        my_tau[g] = cut;
+                        // The threshold never falls (a loose cut's may lie below the last).
+                        if (cut > my_tau[g] || (cut == my_tau[g] && cut_tie < my_tie[g])) {
+                            my_tau[g] = cut;
+                            my_tie[g] = cut_tie;
+                        }
                     }
                     grp.sync();
                 }
@@ -384,53 +484,94 @@ __device__ __forceinline__ void indexer_ws_body(const Keys& keys) {
         }
     };
 
-    // The product of block b + 1 runs under block b's sums (two accumulator sets); no wgmma is in
-    // flight across the loop's back-edge (ptxas would serialise every wgmma), so the loop waits
-    // for everything at the end of each pair, when the product is long done.
+    // Block numbers [b0, b1) (the head weights from registers or from shared memory). The
+    // product of block b + 1 runs under block b's sums (two
+    // accumulator sets); no wgmma is in flight across the loop's back-edge (ptxas would
+    // serialise every wgmma), so the loop waits for everything at the end of each pair, when
+    // the product is long done.
     float acc0[kAcc], acc1[kAcc];
-    if (blocks > 0) issue(acc0, 0);
-    int b = 0;
-    for (; b + 2 < blocks; b += 2) {
-        issue(acc1, b + 1);
-        wgmma_wait<1>();
-        consume(acc0, b, false);
-        issue(acc0, b + 2);
-        wgmma_wait<1>();
-        consume(acc1, b + 1, true);
+    auto stream = [&](bool weights_in_registers, int b0, int b1) {
+        if (b1 > b0) issue(acc0, b0);
+        int b = b0;
+        for (; b + 2 < b1; b += 2) {
+            issue(acc1, b + 1);
+            wgmma_wait<1>();
+            consume(weights_in_registers, acc0, b, false);
+            issue(acc0, b + 2);
+            wgmma_wait<1>();
+            consume(weights_in_registers, acc1, b + 1, true);
+            wgmma_wait<0>();
+        }
+        if (b + 1 < b1) {  // two blocks left
+            issue(acc1, b + 1);
+            wgmma_wait<1>();
+            consume(weights_in_registers, acc0, b, false);
+            wgmma_wait<0>();
+            consume(weights_in_registers, acc1, b + 1, true);
+        } else if (b < b1) {  // one block left
+            wgmma_wait<0>();
+            consume(weights_in_registers, acc0, b, true);
+        }
         wgmma_wait<0>();
-    }
-    if (b + 1 < blocks) {  // two blocks left
-        issue(acc1, b + 1);
-        wgmma_wait<1>();
-        consume(acc0, b, false);
-        wgmma_wait<0>();
-        consume(acc1, b + 1, true);
-    } else if (b < blocks) {  // one block left
-        wgmma_wait<0>();
-        consume(acc0, b, true);
-    }
-    wgmma_wait<0>();
+    };
     if constexpr (LOGITS_ONLY) {
+        stream(kWeightsInRegisters, 0, blocks);
         const int t = row_of(my_g);
         if (t >= 0) keys.indices()[(i64)t * TOPK + gt] = __float_as_int(best_logit);  // TOPK >= 128
         return;
     }
+    stream(kWeightsInRegisters, 0, blocks);
 
     // The final (exact) cut and the row, written in ascending position from a bitmap in the
-    // token's buffer.
-#pragma unroll
-    for (int g = 0; g < kTokens; ++g) {
+    // token's buffer; a token whose sample misled it (fewer than TOPK candidates left) waits for
+    // the second pass.
+    auto finish = [&](int g) {
         const int t = row_of(g);
-        if (t < 0) continue;  // uniform over the warpgroup
         int n = my_count[g];
         if (n > TOPK) {
-            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, red, parity, grp, n);
+            i32 unused;
+            cut_to_topk<CAP, TOPK>(cand_key(g), cand_pos(g), n, TOPK, red, parity, grp, n, unused);
         }
         if (keys.template write_partial<TOPK>(t, cand_key(g), cand_pos(g), n, grp)) {
             grp.sync();  // the list is read before the next token's cut reuses the scratch
-            continue;
+            return;
         }
         write_sorted_row<CAP, TOPK>(cand_key(g), cand_pos(g), n, lo, hi, red, parity, grp,
                                     keys.indices() + (i64)t * TOPK, [&](int s) { return keys.index_of(s); });
+    };
+    bool misled[kTokens];
+#pragma unroll
+    for (int g = 0; g < kTokens; ++g) misled[g] = kSample && my_srank[g] > 0 && my_count[g] < TOPK;  // uniform
+#pragma unroll
+    for (int g = 0; g < kTokens; ++g) {
+        if (row_of(g) >= 0 && !misled[g]) finish(g);  // uniform over the warpgroup
+    }
+    if constexpr (kSample) {
+        // A second pass? (the OR over the consumer warpgroups, uniform after it; the producer
+        // warp learns it from one thread)
+        const bool again = named_barrier_any(kEndBar, WGS * kThreads, gt == 0 && (misled[0] || misled[1]));
+        if (tid == 0) {
+            *second_pass = again ? 1 : 0;
+            mbar_arrive(decided_bar);  // release: the flag before the arrival
+        }
+        if (!again) return;
+        // The second pass: every block again in ascending order (every consumer warpgroup
+        // releases every stage), admitting only for the misled tokens, without a sample; the
+        // head weights read from shared memory (rare: its registers are not held for it).
+        if (gt < kTokens && (gt == 0 ? misled[0] : misled[1])) {
+            my_count[gt] = 0;
+            my_tau[gt] = 0u;
+            my_tie[gt] = 0;
+            my_srank[gt] = 0;
+        }
+        if (!(my_g == 0 ? misled[0] : misled[1])) my_lo = my_hi = 0;
+        tau_reg[0] = tau_reg[1] = 0u;
+        pending_full = false;
+        grp.sync();  // the counters are reset before any admission
+        stream(false, blocks, 2 * blocks);
+#pragma unroll
+        for (int g = 0; g < kTokens; ++g) {
+            if (misled[g]) finish(g);
+        }
     }
 }

@@ -70,6 +70,7 @@ struct PagedKeys {
     static constexpr bool kTma = true;
     static constexpr int kTmaRank = 3;
     static constexpr bool kBulkScales = true;
+    static constexpr int kSampleStride = 8;  // the selection's sample: every 8th page first
     const PagedIndexerParams& p;
     int seq, j0, split, chunk_lo, chunk_hi;
     __device__ PagedKeys(const PagedIndexerParams& params, int cta, int y) : p(params), split(y) {

@@ -39,6 +39,7 @@ struct RowKeys {
     static constexpr bool kTma = true;
     static constexpr int kTmaRank = 2;
     static constexpr bool kBulkScales = false;  // k_scale need only be 4-byte aligned
+    static constexpr int kSampleStride = 8;     // the selection's sample: every 8th block first
     const IndexerParams& p;
     int t0;
     __device__ RowKeys(const IndexerParams& params, int tokens_per_cta)

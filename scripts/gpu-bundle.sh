@@ -245,7 +245,7 @@ done
 cp scripts/gpu-run.sh "$out/run.sh"
 cp scripts/gpu-session.sh "$out/session.sh"
 cp scripts/gpu-common.sh "$out/gpu-common.sh"
-cp scripts/fp8_matmul_rate.py bench/compare.py "$out/"
+cp scripts/fp8_matmul_rate.py bench/compare.py bench/harness/ncu_by_opcode.py "$out/"
 cp bench/prologue_torch.py bench/decode_torch.py bench/topk_torch.py bench/indexer_torch.py \
     bench/torch_timing.py "$out/"
 chmod +x "$out/run.sh" "$out/session.sh"

@@ -78,6 +78,18 @@ fn heads_32_topk_2048() {
     }
 }
 
+/// Rows whose best keys sit on the blocks the selection samples first: the sample misleads
+/// the long rows, which are selected again in a second pass (their rows still exact). The
+/// kernel reports no pass count; what shows the second pass ran is the rows themselves: after
+/// a misled sample fewer than TOPK candidates are left, so without it these rows would come out
+/// short (the selection model's "no second pass" variant fails on the same peaks).
+#[test]
+fn a_misleading_sample_takes_the_second_pass() {
+    case::<64, 2048>(77, 12000, Scores::PeaksOnSample);
+    case::<32, 2048>(65, 12000, Scores::PeaksOnSample);
+    case::<64, 128>(101, 3000, Scores::PeaksOnSample);
+}
+
 #[test]
 fn narrow_topk() {
     for scores in [Scores::Noise, Scores::Ties, Scores::Rising] {
@@ -167,6 +179,15 @@ fn paged_long_sequences_topk_2048() {
     paged_case::<64, 2048>(&[20000, 9000], 1, 320, Scores::Rising);
     paged_case::<32, 2048>(&[16000, 3000, 0], 3, 256, Scores::Peaked);
     paged_case::<32, 512>(&[8000, 600, 1], 4, 128, Scores::Ties);
+}
+
+/// A batch in few splits of long ranges (128 sequences of 16000 positions: two splits of 8000),
+/// where each split's selection samples every 8th page first: noise, and peaks on the sampled
+/// pages (the first split's sample misleads it: a second pass).
+#[test]
+fn paged_splits_long_enough_to_sample() {
+    paged_case::<64, 2048>(&[16000; 128], 1, 256, Scores::Noise);
+    paged_case::<64, 2048>(&[16000; 128], 1, 256, Scores::PeaksOnSample);
 }
 
 #[test]

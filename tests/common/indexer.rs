@@ -29,6 +29,10 @@ pub enum Scores {
     /// One key row for every position with a scale that grows with the position: each row's
     /// logits rise (or fall) monotonically, so every key beats the threshold (many cuts).
     Rising,
+    /// Noise with the scales of every 8th block of 64 positions 16 times larger: the blocks the
+    /// prefill's selection samples first (from a CTA's first position, 0 for most CTAs here),
+    /// so its sample ranks too high and a long row takes the second pass.
+    PeaksOnSample,
 }
 
 /// One call's inputs, on the host.
@@ -85,6 +89,13 @@ impl IndexerScenario {
                     .collect(),
             ),
         };
+        if scores == Scores::PeaksOnSample {
+            for (s, scale) in k_scale.iter_mut().enumerate() {
+                if (s / 64) % 8 == 0 {
+                    *scale *= 16.0;
+                }
+            }
+        }
         if scores == Scores::Peaked {
             for _ in 0..(s_kv / 16).max(4) {
                 let (t, h, s) = (

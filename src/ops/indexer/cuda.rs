@@ -184,17 +184,13 @@ pub const fn indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
 
 /// Dynamic shared memory of one prefill CTA, `n·heads·128 + 6·(8192 + 256) + 4·n·heads +
 /// 8·n·cap + 96 + scratch` bytes with `n` its tokens (4 at 64 heads, 6 at 32), `cap =
-/// indexer_candidates(topk)` and scratch 128 bytes (256 with three consumer warpgroups)
+/// indexer_candidates(topk)` and 256 bytes of scratch
 /// (`indexer::prefill_smem_bytes`, which the kernel asserts against its layout): the Q rows of
 /// its tokens, a ring of six 64-key blocks with their scales, the head weights, a buffer of
 /// `cap` (key, position) pairs a token, the ring's barriers, the counters and scratch.
 pub const fn prefill_indexer_smem_bytes(heads: usize, topk: usize) -> u32 {
     let tokens = prefill_tokens_per_cta(heads);
-    let scratch = if prefill_warpgroups(heads) == 3 {
-        256
-    } else {
-        128
-    };
+    let scratch = 256;
     (tokens * heads * 128
         + PREFILL_STAGES * (64 * 128 + 64 * 4)
         + tokens * heads * 4
