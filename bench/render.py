@@ -580,16 +580,20 @@ def indexer_paged(run, results_dir):
     return out
 
 
-def indexer_torch(run, results_dir):
+def indexer_torch(run, results_dir, indexer_run=None):
     """The indexer's prefill and paged shapes in PyTorch (`indexer_torch.json`), each beside
-    the shapeproof figure of the same run's `indexer.json`, which the script recorded."""
+    the shapeproof figure of the same run's `indexer.json`, which the script recorded (said
+    when that is not the indexer run of record, `indexer_run`)."""
     out = ["### Lightning indexer beside PyTorch", ""]
     if run is None:
         return out + no_run(results_dir, *INDEXER_TORCH)
     out += run_line(run, INDEXER_TORCH[1], [f"PyTorch {run.data.get('torch', '?')}"])
+    same = "the same run's `indexer.json`"
+    if indexer_run is not None and indexer_run.commit != run.commit:
+        same += f", **not** the indexer run above (`{indexer_run.commit}`)"
     out += prose("Eager and `torch.compile`: bf16 matmuls (scores rounded to bf16), f32 weights "
                  "and sums, `torch.topk` and a sort, chunked so that the scores fit; the "
-                 "shapeproof column is the same run's `indexer.json`.")
+                 f"shapeproof column is {same}.")
     prefill = run.matching(INDEXER_REC)
     if prefill:
         rows = []
@@ -837,7 +841,7 @@ def render(results_dir):
     out += indexer_paged(runs[INDEXER[0]], results_dir)
     if runs[INDEXER[0]] is not None:
         out += others(runs[INDEXER[0]])
-    out += indexer_torch(runs[INDEXER_TORCH[0]], results_dir)
+    out += indexer_torch(runs[INDEXER_TORCH[0]], results_dir, runs[INDEXER[0]])
     if runs[INDEXER_TORCH[0]] is not None:
         out += others(runs[INDEXER_TORCH[0]])
     out += mla_cache(runs[MLA_CACHE[0]], results_dir)
