@@ -10,8 +10,9 @@
 # 2. While the call's time allows (nothing starts after LAST_START seconds of it): ncu source
 #    profiles of the indexer's fused kernel at the first shape in main and in the build before
 #    the sampled selection (the candidate build of 6641b8f), then at 32 heads in main; each
-#    profile's details page, its source page as CSV and that page summed by opcode
-#    (ncu_by_opcode.py), packed into $OUT/prof.tgz after each.
+#    profile's details page, its source page as CSV and that page summed by opcode with its
+#    stall reasons (bench/harness/ncu_by_opcode.py), and the two first-shape pages side by
+#    side, packed into $OUT/prof.tgz after each.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CHECK_SECONDS=${CHECK_SECONDS:-150} .gpu/session.sh "${SESSION_SECONDS:-380}" \
@@ -42,9 +43,15 @@ for spec in "bin|64|main64" "cand/$before|64|before64" "bin|32|main32"; do
     echo "== ncu $tag rc $? at $SECONDS s"
     ncu -i "$prof/$tag.ncu-rep" --page details >"$prof/$tag-details.txt" 2>&1
     ncu -i "$prof/$tag.ncu-rep" --page source --csv --print-source sass >"$prof/$tag-sass.csv" 2>&1
-    python3 .gpu/ncu_by_opcode.py "$prof/$tag-sass.csv" 40 >"$prof/$tag-opcodes.txt" 2>&1
+    python3 bench/harness/ncu_by_opcode.py "$prof/$tag-sass.csv" 40 >"$prof/$tag-opcodes.txt" 2>&1
     head -n 25 "$prof/$tag-opcodes.txt"
     grep -E 'Duration|Warp Cycles Per Issued|Executed Instructions  |Issue Slots Busy|No Eligible' \
         "$prof/$tag-details.txt"
+    if [ "$tag" = before64 ] && [ -s "$prof/main64-sass.csv" ]; then
+        # Where the stalls moved with the sampled selection, opcode by opcode.
+        python3 bench/harness/ncu_by_opcode.py "$prof/before64-sass.csv" "$prof/main64-sass.csv" 40 \
+            >"$prof/before64-to-main64.txt" 2>&1
+        head -n 30 "$prof/before64-to-main64.txt"
+    fi
     tar czf "${OUT:-.}/prof.tgz" -C "$prof" --exclude='*.ncu-rep' .
 done
