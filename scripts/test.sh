@@ -39,6 +39,9 @@ cargo run --quiet --profile test --example candle_layer --features candle
 step "barrier protocol models"
 python3 bench/harness/wide_vt_protocol.py
 python3 bench/harness/wide_persistent_protocol.py
+# A proposed ping-pong of the two consumer warpgroups (not built): its protocol, the slot counts
+# free of deadlock, and what fits in shared memory.
+python3 bench/harness/pingpong_protocol.py
 # The lightning indexer's prefill CTA: its key ring and its warpgroups' cut votes.
 python3 bench/harness/indexer_protocol.py
 # The top-k's cluster: histogram copies and counts read across CTAs (racecheck does not see
