@@ -8,11 +8,12 @@
 #    racecheck in each candidate build, then each benchmark main / candidates / main
 #    (compare.md), all within SESSION_SECONDS; packed into $OUT/session.tgz.
 # 2. While the call's time allows (nothing starts after LAST_START seconds of it): ncu source
-#    profiles of the indexer's fused kernel at the first shape in main and in the build before
-#    the sampled selection (the candidate build of 6641b8f), then at 32 heads in main; each
-#    profile's details page, its source page as CSV and that page summed by opcode with its
-#    stall reasons (bench/harness/ncu_by_opcode.py), and the two first-shape pages side by
-#    side, packed into $OUT/prof.tgz after each.
+#    profiles of the indexer at 32 heads (32768 causal) in main, fused and logits alone, then
+#    at the first shape in main and in the build before the sampled selection (the candidate
+#    build of 6641b8f); each profile's details page, its source page as CSV and that page
+#    summed by opcode with its stall reasons (bench/harness/ncu_by_opcode.py), and the pairs
+#    side by side (logits alone -> fused; before -> after the sample), packed into
+#    $OUT/prof.tgz after each.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CHECK_SECONDS=${CHECK_SECONDS:-150} .gpu/session.sh "${SESSION_SECONDS:-380}" \
@@ -26,17 +27,20 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 prof=${OUT:-.}/prof
 mkdir -p "$prof"
 before=$(git rev-parse --short 6641b8f 2>/dev/null || echo 6641b8f)
-# BUILD|HEADS|TAG: the build's folder in the bundle, the fused kernel's head count, the name.
-for spec in "bin|64|main64" "cand/$before|64|before64" "bin|32|main32"; do
-    IFS='|' read -r build heads tag <<<"$spec"
+# BUILD|HEADS|LOGITS_ONLY|TAG|INDEXER_PROFILE: the build's folder in the bundle, the kernel's
+# head count, 0 for the fused kernel or 1 for the logits alone, the name, and the one row the
+# benchmark runs (main's bench_indexer; 6641b8f's has no INDEXER_PROFILE and runs every row).
+for spec in "bin|32|0|main32|32768,0,32" "bin|32|1|logits32|32768,0,32" \
+    "bin|64|0|main64|4096,65536,64" "cand/$before|64|0|before64|4096,65536,64"; do
+    IFS='|' read -r build heads logits tag row <<<"$spec"
     if [ "$SECONDS" -ge "${LAST_START:-500}" ]; then
         echo "== ncu $tag skipped (time)"
         continue
     fi
     [ -x ".gpu/$build/bench_indexer" ] || { echo "== ncu $tag: no .gpu/$build/bench_indexer"; continue; }
-    SHAPEPROOF_COMMIT=$tag BENCH_JSON_DIR=$prof timeout "${PROF_SECONDS:-80}" \
+    INDEXER_PROFILE=$row SHAPEPROOF_COMMIT=$tag BENCH_JSON_DIR=$prof timeout "${PROF_SECONDS:-80}" \
         ncu --clock-control none --kernel-name-base demangled \
-        --kernel-name "regex:lightning_indexer_kernel<\\(int\\)$heads, .*\\(bool\\)0>" --launch-count 1 \
+        --kernel-name "regex:lightning_indexer_kernel<\\(int\\)$heads, .*\\(bool\\)$logits>" --launch-count 1 \
         --section SourceCounters --section WarpStateStats --section SpeedOfLight --section SchedulerStats \
         --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
         -o "$prof/$tag" ".gpu/$build/bench_indexer" >"$prof/$tag-run.txt" 2>&1
@@ -47,11 +51,17 @@ for spec in "bin|64|main64" "cand/$before|64|before64" "bin|32|main32"; do
     head -n 25 "$prof/$tag-opcodes.txt"
     grep -E 'Duration|Warp Cycles Per Issued|Executed Instructions  |Issue Slots Busy|No Eligible' \
         "$prof/$tag-details.txt"
-    if [ "$tag" = before64 ] && [ -s "$prof/main64-sass.csv" ]; then
-        # Where the stalls moved with the sampled selection, opcode by opcode.
-        python3 bench/harness/ncu_by_opcode.py "$prof/before64-sass.csv" "$prof/main64-sass.csv" 40 \
-            >"$prof/before64-to-main64.txt" 2>&1
-        head -n 30 "$prof/before64-to-main64.txt"
-    fi
+    # Side by side, opcode by opcode: what the selection adds at 32 heads (the logits alone
+    # against the fused kernel), and where the stalls moved with the sampled selection.
+    for pair in "logits32 main32" "before64 main64"; do
+        read -r a b <<<"$pair"
+        if [ "$tag" = "$b" ] || [ "$tag" = "$a" ]; then
+            if [ -s "$prof/$a-sass.csv" ] && [ -s "$prof/$b-sass.csv" ]; then
+                python3 bench/harness/ncu_by_opcode.py "$prof/$a-sass.csv" "$prof/$b-sass.csv" 40 \
+                    >"$prof/$a-to-$b.txt" 2>&1
+                head -n 30 "$prof/$a-to-$b.txt"
+            fi
+        fi
+    done
     tar czf "${OUT:-.}/prof.tgz" -C "$prof" --exclude='*.ncu-rep' .
 done
