@@ -57,14 +57,6 @@ def run(num_blocks, rng, broken=None, p_slots=3):
     p_empty = [Barrier(2) for _ in range(p_slots)]  # both warpgroups' P.V have read it
     p_slot = [Slot(f"P slot {s}") for s in range(p_slots)]
 
-    def producer():
-        # as the kernel: step st gathers block st, then builds V^T of block st - 1
-        for st in range(num_blocks + 1):
-            if st < num_blocks:
-                yield from ring.gather(st)
-            if st >= 1:
-                yield from ring.build(st - 1)
-
     def consumer(wg):
         me = f"warpgroup {wg}"
         in_flight = []  # blocks whose P.V reads this warpgroup has issued and not yet seen done
@@ -111,7 +103,7 @@ def run(num_blocks, rng, broken=None, p_slots=3):
         yield None
         retire()
 
-    schedule([producer(), consumer(0), consumer(1)], rng)
+    schedule([ring.producer(num_blocks), consumer(0), consumer(1)], rng)
 
 
 def holds(k_slots, vt_slots, p_slots, rounds=150, cases=(2, 4, 6, 8, 16)):

@@ -131,6 +131,15 @@ class Ring:
         self.k_full[s].arrive(use)
         self.k_full[s].arrive(use)
 
+    def producer(self, num_blocks):
+        """The producer warpgroup of one item: step st gathers block st, then builds V^T of
+        block st - 1."""
+        for st in range(num_blocks + 1):
+            if st < num_blocks:
+                yield from self.gather(st)
+            if st >= 1:
+                yield from self.build(st - 1)
+
     def build(self, b):
         """V^T of block b from its K slot, once the rows have landed and the V^T slot is free."""
         s, v = b % K_SLOTS, b % VT_SLOTS
@@ -205,14 +214,6 @@ def run(num_blocks, rng, broken=None):
     p_tile = [Slot(f"P tile {v}") for v in range(p_tiles)]
     meets, exchanges = {}, {}
 
-    def producer():
-        # step st: the gathers of block st, then the V^T build of block st - 1
-        for st in range(num_blocks + 1):
-            if st < num_blocks:
-                yield from ring.gather(st)
-            if st >= 1:
-                yield from ring.build(st - 1)
-
     def consumer(wg):
         me = f"warpgroup {wg}"
 
@@ -247,7 +248,7 @@ def run(num_blocks, rng, broken=None):
                 yield from s_block(2 * (t + 1) + wg, t)
                 yield from pair_softmax(t + 1)
 
-    schedule([producer(), consumer(0), consumer(1)], rng)
+    schedule([ring.producer(num_blocks), consumer(0), consumer(1)], rng)
 
 
 def check(name, run_one, cases, rounds, broken_variants):
