@@ -12,8 +12,8 @@ half of V (bench/harness/wide_vt_protocol.py models that). The ping-pong drops t
 - each warpgroup keeps its own O frame for its 256 value columns and multiplies, in ascending
   block order, the other warpgroup's older block and then its own, rescaling O by a power of two
   before a product whose reference is higher (and, rarely, scaling O up and back down around a
-  product whose reference is lower: exact, with no overflow while the difference is below 40,
-  and a block that far below contributes less than f32 resolves);
+  product whose reference is lower: exact while the difference is below 60, where |O| stays
+  below 2^88; a block further below moves the output by less than 2^-36 of |V|'s range);
 - a P slot and a V^T slot are free once both warpgroups' P.V have read them (p_empty and
   vt_empty: two arrivals).
 So warpgroup 1 runs about half a block behind warpgroup 0 (its P.V of block 2t waits for
