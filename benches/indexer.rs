@@ -303,26 +303,15 @@ fn bench_store(
     });
 }
 
-/// `INDEXER_PROFILE="T,HISTORY,H"`: only that prefill row (T query tokens over HISTORY keys
-/// plus the chunk causal, H 32 or 64, TOPK 2048: the fused kernel, then the logits alone), no
-/// limits measured and no JSON written — a short process for a profiler, e.g.
-/// `INDEXER_PROFILE=32768,0,32 ncu --kernel-name-base demangled --kernel-name
-/// 'regex:lightning_indexer_kernel<\(int\)32, .*\(bool\)0>' --launch-count 1 …`.
-fn profile_shape() -> Option<(usize, usize, usize)> {
-    let spec = std::env::var("INDEXER_PROFILE").ok()?;
-    let n: Vec<usize> = spec
-        .split(',')
-        .map(|x| x.trim().parse().expect("INDEXER_PROFILE is T,HISTORY,H"))
-        .collect();
-    assert_eq!(n.len(), 3, "INDEXER_PROFILE is T,HISTORY,H");
-    Some((n[0], n[1], n[2]))
-}
-
 fn main() {
     let g = gpu();
     let mut rng = StdRng::seed_from_u64(0x1D5E);
     println!("# lightning indexer benchmark on {}", g.describe());
-    if let Some((tokens, history, heads)) = profile_shape() {
+    // `INDEXER_PROFILE="T,HISTORY,H"`: only that prefill row (T query tokens over HISTORY keys
+    // plus the chunk causal, H 32 or 64, TOPK 2048: the fused kernel, then the logits alone), for
+    // a profiler, e.g. `INDEXER_PROFILE=32768,0,32 ncu --kernel-name-base demangled
+    // --kernel-name 'regex:lightning_indexer_kernel<\(int\)32, .*\(bool\)0>' --launch-count 1 …`.
+    if let Some([tokens, history, heads]) = common::profile_row("INDEXER_PROFILE", "T,HISTORY,H") {
         let mut records = Vec::new();
         println!(
             "\n| (T, S_kv, H_IDX, D, TOPK) | ms | TFLOP/s | of FP8 matmul | logits alone ms | over logits alone |"

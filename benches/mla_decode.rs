@@ -380,24 +380,14 @@ fn random_cache(g: &Cuda, rng: &mut StdRng) -> DeepSeekV32KvCache<Cuda> {
     DeepSeekV32KvCache::<Cuda>::from_buffer(g.upload(&bytes).unwrap(), PAGES).unwrap()
 }
 
-/// `MLA_DECODE_PROFILE="B,S_Q,H"`: only that decode step's row (H one of 8, 16, 64, 128), no
-/// limits measured and no JSON written — a short process for a profiler, e.g.
-/// `ncu --kernel-name regex:sparse_mla_decode_kernel --launch-skip 5 --launch-count 1 …`.
-fn profile_shape() -> Option<(usize, usize, usize)> {
-    let spec = std::env::var("MLA_DECODE_PROFILE").ok()?;
-    let n: Vec<usize> = spec
-        .split(',')
-        .map(|x| x.trim().parse().expect("MLA_DECODE_PROFILE is B,S_Q,H"))
-        .collect();
-    assert_eq!(n.len(), 3, "MLA_DECODE_PROFILE is B,S_Q,H");
-    Some((n[0], n[1], n[2]))
-}
-
 fn main() {
     let g = gpu();
     let mut rng = StdRng::seed_from_u64(0xDEC0);
     println!("# sparse MLA decode benchmark on {}", g.describe());
-    if let Some((batch, s_q, heads)) = profile_shape() {
+    // `MLA_DECODE_PROFILE="B,S_Q,H"`: only that decode step's row (H one of 8, 16, 64, 128), for
+    // a profiler, e.g. `ncu --kernel-name regex:sparse_mla_decode_kernel --launch-skip 5
+    // --launch-count 1 …`.
+    if let Some([batch, s_q, heads]) = common::profile_row("MLA_DECODE_PROFILE", "B,S_Q,H") {
         let cache = random_cache(&g, &mut rng);
         let mut records = Vec::new();
         println!(

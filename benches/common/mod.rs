@@ -107,6 +107,23 @@ pub fn fp8_matmul_limit() -> Option<f64> {
     String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
+/// The three numbers of a profiling variable (`MLA_DECODE_PROFILE="B,S_Q,H"`,
+/// `INDEXER_PROFILE="T,HISTORY,H"`): with it set, a benchmark runs that one row alone for a
+/// profiler, without limits or JSON. None when the variable is unset; a malformed value panics
+/// with `form`, the variable's shape.
+pub fn profile_row(var: &str, form: &str) -> Option<[usize; 3]> {
+    let spec = std::env::var(var).ok()?;
+    let n: Vec<usize> = spec
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{var} is {form}"))
+        })
+        .collect();
+    Some(n.try_into().unwrap_or_else(|_| panic!("{var} is {form}")))
+}
+
 /// One result row for the JSON file.
 pub struct Record {
     pub name: String,
